@@ -1,0 +1,99 @@
+"""Developer sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s docs-live``, ``nox -s lint``.
+
+Every session installs through pip with ``constraints.txt`` so torch resolves to the
+local CPU wheel (uv ignores this machine's pip configuration; see docs/developers.md).
+
+``nox -s docs`` options (after ``--``):
+
+* ``--clean``    delete the build, the generated gallery and API pages and the
+  execution cache first, so every example and notebook runs again;
+* ``--no-exec``  skip running examples and notebooks (quick prose edits); writes to
+  ``docs/_build/html-noexec`` so the executed site and its caches stay intact.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests", "docs"]
+
+ROOT = Path(__file__).parent
+DOCS = ROOT / "docs"
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+PYTHON = "3.11"
+GENERATED = [
+    DOCS / "_build",
+    DOCS / "auto_examples",
+    DOCS / "api" / "generated",
+    DOCS / "jupyter_execute",
+]
+
+
+def _install(session: nox.Session, extra: str) -> None:
+    session.install("-e", f".[{extra}]", *CONSTRAINTS)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite and the docstring examples of src/posenc."""
+    _install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the HTML site, executing the gallery and the notebooks."""
+    args = list(session.posargs)
+    clean = "--clean" in args
+    no_exec = "--no-exec" in args
+    _install(session, "docs")
+    if clean:
+        for path in GENERATED:
+            shutil.rmtree(path, ignore_errors=True)
+    out = DOCS / "_build" / ("html-noexec" if no_exec else "html")
+    cmd = ["sphinx-build", "-W", "--keep-going", "-n", "-b", "html"]
+    if no_exec:
+        cmd += ["-D", "plot_gallery=0", "-D", "nb_execution_mode=off"]
+        cmd += ["-d", str(DOCS / "_build" / "doctrees-noexec")]
+    else:
+        cmd += ["-d", str(DOCS / "_build" / "doctrees")]
+    # An inherited MPLBACKEND=agg makes notebook figures vanish silently.
+    os.environ.pop("MPLBACKEND", None)
+    session.run(*cmd, str(DOCS), str(out))
+    session.log(f"Site built: {out / 'index.html'}")
+
+
+@nox.session(name="docs-live", python=PYTHON)
+def docs_live(session: nox.Session) -> None:
+    """Serve the site with live reload while you write (sphinx-autobuild)."""
+    _install(session, "docs")
+    session.install("sphinx-autobuild", *CONSTRAINTS)
+    session.run(
+        "sphinx-autobuild",
+        "-n",
+        "--watch",
+        str(ROOT / "src"),
+        "--watch",
+        str(ROOT / "examples"),
+        "--ignore",
+        "*/auto_examples/*",
+        "--ignore",
+        "*/api/generated/*",
+        str(DOCS),
+        str(DOCS / "_build" / "live"),
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
