@@ -17,20 +17,55 @@ import posenc
 
 n_positions, dim = 100, 64
 pe = posenc.sinusoidal(n_positions, dim)  # (100, 64)
-print(pe.shape, f"min {pe.min():.3f}, max {pe.max():.3f}")
+print(f"shape {pe.shape}, value range [{pe.min():.3f}, {pe.max():.3f}]")
 
 # %%
-# Draw it
-# -------
+# The whole table
+# ---------------
 # A diverging colour map centred on 0 shows the sign of each entry. The first
-# columns alternate within a few rows (wavelength ``2 pi``); the last ones barely
-# change over 100 positions (wavelength about 47,000).
-fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+# columns flip sign every few rows (wavelength ``2 pi``, about 6 positions): they
+# resolve *local* order. The last columns barely change over 100 positions
+# (wavelength about 47,000): they say roughly *where in a long document* we are.
+fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
 im = ax.imshow(pe, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
 ax.set_xlabel("dimension (even: sin, odd: cos)")
 ax.set_ylabel("position")
-ax.set_title(f"Sinusoidal positional encoding, {n_positions} positions x {dim} dims")
+ax.set_title(f"Sinusoidal positional encoding, {n_positions} positions x {dim} dims", pad=28)
+for x, label, color in [
+    (dim / 4, "high frequency: local order", "tab:blue"),
+    (3 * dim / 4, "low frequency: global position", "tab:red"),
+]:
+    ax.annotate(
+        label, (x, 0), xytext=(x, -4), ha="center", va="bottom", color=color, annotation_clip=False
+    )
 fig.colorbar(im, ax=ax, label="value")
+plt.show()
+
+# %%
+# Zoom on the corner: positions 0-10, dimensions 0-10
+# ---------------------------------------------------
+# Row 0 is ``[0, 1, 0, 1, ...]``: every sine starts at 0 and every cosine at 1.
+# Dimension 0 (``sin p``) swings through a full period in about 6 rows; dimension 10
+# (``sin(p / 10000**(10/64))``, a rate of 0.237) changes slowly.
+corner = pe[:11, :11]  # (11, 11)
+fig, ax = plt.subplots(figsize=(9, 7), layout="constrained")
+ax.imshow(corner, cmap="RdBu_r", vmin=-1, vmax=1)
+for p in range(11):
+    for d in range(11):
+        ax.text(
+            d,
+            p,
+            f"{corner[p, d]:.2f}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if abs(corner[p, d]) > 0.6 else "black",
+        )
+ax.set_xticks(range(11), [f"{d}\n{'sin' if d % 2 == 0 else 'cos'}" for d in range(11)])
+ax.set_yticks(range(11))
+ax.set_xlabel("dimension")
+ax.set_ylabel("position")
+ax.set_title("Positions 0-10 x dimensions 0-10 (dim = 64)")
 plt.show()
 
 # %%
