@@ -50,9 +50,11 @@ class _TableEncoding(PositionalEncoding):
 class SinusoidalEncoding(_TableEncoding):
     r"""Adds the fixed sinusoidal table of Vaswani et al. (2017) to token embeddings.
 
-    The table is computed once by :func:`posenc.sinusoidal` in float64, cast to
-    float32 and kept as a non-persistent buffer (not saved in ``state_dict``); at
-    run time the rows are cast to the input's dtype and device.
+    The table is computed once by :func:`posenc.sinusoidal` in float64 and kept as a
+    non-persistent float64 buffer (not saved in ``state_dict``); at run time the rows
+    are cast to the input's dtype, so float64 models get full precision and
+    float32/bfloat16 inputs are rounded once. ``module.to(dtype)`` casts the buffer
+    like any other.
 
     Parameters
     ----------
@@ -81,7 +83,7 @@ class SinusoidalEncoding(_TableEncoding):
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.base = check_positive("base", base)
         table = posenc.sinusoidal(self.max_len, self.dim, base=self.base)  # float64
-        self.register_buffer("table", torch.from_numpy(table).float(), persistent=False)
+        self.register_buffer("table", torch.from_numpy(table), persistent=False)
 
     def _table(self) -> torch.Tensor:
         return self.table
