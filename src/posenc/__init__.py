@@ -6,10 +6,12 @@ torch nor matplotlib; the torch modules live in :mod:`posenc.torch`.
 The reference is grouped by *where* an encoding acts in attention:
 
 * the input -- :mod:`posenc.absolute` (:func:`sinusoidal` and its algebra);
-* the queries and keys -- rotary encodings (later parts of the series);
+* the queries and keys -- :mod:`posenc.rotary` (:func:`rope`), with the context
+  extension scalings of :mod:`posenc.scaling`;
 * the scores -- additive biases, passed to :func:`attention` as ``bias``.
 """
 
+from posenc import scaling
 from posenc.absolute import (
     frequencies,
     shift_operator,
@@ -18,12 +20,16 @@ from posenc.absolute import (
     wavelengths,
 )
 from posenc.attention import attention, causal_mask, permutation_matrix
+from posenc.rotary import rope, rope_frequencies
 
 __all__ = [
     "attention",
     "causal_mask",
     "frequencies",
     "permutation_matrix",
+    "rope",
+    "rope_frequencies",
+    "scaling",
     "shift_operator",
     "sinusoidal",
     "sinusoidal_dot",

@@ -8,13 +8,23 @@ from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
 from posenc.torch.attention import MultiHeadAttention
 from posenc.torch.base import NoPE, PositionalEncoding, as_positions
 from posenc.torch.model import TransformerLM
+from posenc.torch.rotary import (
+    RotaryEmbedding,
+    apply_rope,
+    half_to_interleaved,
+    interleaved_to_half,
+)
 
 __all__ = [
     "LearnedEncoding",
     "MultiHeadAttention",
     "NoPE",
     "PositionalEncoding",
+    "RotaryEmbedding",
     "SinusoidalEncoding",
     "TransformerLM",
+    "apply_rope",
     "as_positions",
+    "half_to_interleaved",
+    "interleaved_to_half",
 ]

@@ -1,0 +1,291 @@
+"""RoPE context-extension scalings: each a small object that rewrites the inverse frequencies.
+
+Every scaling maps the default rates ``inv_freq_i = base ** (-2i / dim)`` (``dim`` is the
+rotary width) to new rates and an attention scale that multiplies cos and sin. The
+formulas and defaults follow HF transformers' ``modeling_rope_utils`` exactly; the
+parity tests in ``tests/test_rope_parity.py`` check them. NumPy, float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from posenc._checks import check_int, check_positive
+
+__all__ = ["Scaling", "Linear", "NTK", "DynamicNTK", "YaRN", "Llama3", "LongRoPE"]
+
+
+def _default_inv_freq(dim: int, base: float) -> np.ndarray:
+    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)  # (dim // 2,)
+
+
+class Scaling:
+    """Base class of the scalings: maps a rotary width and base to new inverse frequencies.
+
+    ``length_dependent`` is true for scalings that read the current sequence length.
+    """
+
+    length_dependent = False
+
+    def inv_freq(self, dim, base, seq_len=None):
+        """Inverse frequencies and attention scale for rotary width ``dim``.
+
+        Parameters
+        ----------
+        dim : int
+            Rotary width (even).
+        base : float
+            The RoPE base.
+        seq_len : int, optional
+            Current sequence length (read only by length-dependent scalings).
+
+        Returns
+        -------
+        inv_freq : numpy.ndarray
+            Float64, shape ``(dim // 2,)``.
+        attention_scale : float
+            Multiplies cos and sin.
+        """
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Linear(Scaling):
+    """Position interpolation (Chen et al., 2023, arXiv:2306.15595): every rate / ``factor``.
+
+    Parameters
+    ----------
+    factor : float
+        How many times longer the target context is; must be positive.
+    """
+
+    factor: float
+
+    def __post_init__(self):
+        check_positive("factor", self.factor)
+
+    def inv_freq(self, dim, base, seq_len=None):
+        return _default_inv_freq(dim, base) / self.factor, 1.0
+
+
+@dataclass(frozen=True)
+class NTK(Scaling):
+    """Static NTK-aware scaling (bloc97, 2023): ``base * factor ** (dim / (dim - 2))``.
+
+    High-frequency pairs are almost unchanged, the slowest pair is slowed by ``factor``.
+
+    Parameters
+    ----------
+    factor : float
+        Context extension factor; must be positive.
+    """
+
+    factor: float
+
+    def __post_init__(self):
+        check_positive("factor", self.factor)
+
+    def inv_freq(self, dim, base, seq_len=None):
+        return _default_inv_freq(dim, base * self.factor ** (dim / (dim - 2))), 1.0
+
+
+@dataclass(frozen=True)
+class DynamicNTK(Scaling):
+    """Dynamic NTK scaling (emozilla, 2023): NTK with a factor that grows with the length.
+
+    At ``seq_len <= original_max_len`` the rates are the defaults; beyond, the base becomes
+    ``base * (factor * seq_len / original_max_len - (factor - 1)) ** (dim / (dim - 2))``.
+
+    Parameters
+    ----------
+    factor : float
+        Must be positive.
+    original_max_len : int
+        Training context length.
+    """
+
+    factor: float
+    original_max_len: int
+    length_dependent = True
+
+    def __post_init__(self):
+        check_positive("factor", self.factor)
+        check_int("original_max_len", self.original_max_len, minimum=1)
+
+    def inv_freq(self, dim, base, seq_len=None):
+        n = max(seq_len or self.original_max_len, self.original_max_len)
+        grow = self.factor * n / self.original_max_len - (self.factor - 1)
+        return _default_inv_freq(dim, base * grow ** (dim / (dim - 2))), 1.0
+
+
+@dataclass(frozen=True)
+class YaRN(Scaling):
+    """YaRN (Peng et al., 2023, arXiv:2309.00071): NTK-by-parts plus attention temperature.
+
+    Pairs that rotate more than ``beta_fast`` times over ``original_max_len`` keep their
+    rate, pairs that rotate fewer than ``beta_slow`` times are interpolated by
+    ``factor``, with a linear ramp in between. The attention scale is
+    ``0.1 * log(factor) + 1`` unless given.
+
+    Parameters
+    ----------
+    factor : float
+        Must be positive.
+    original_max_len : int
+        Training context length.
+    beta_fast, beta_slow : float
+        Rotation counts bounding the ramp (defaults 32 and 1).
+    attention_factor : float, optional
+        Overrides the computed attention scale.
+    mscale, mscale_all_dim : float, optional
+        DeepSeek-style scale: ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``.
+    truncate : bool
+        Round the ramp bounds outwards to whole dimensions (HF default True).
+    """
+
+    factor: float
+    original_max_len: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self):
+        check_positive("factor", self.factor)
+        check_int("original_max_len", self.original_max_len, minimum=1)
+        check_positive("beta_fast", self.beta_fast)
+        check_positive("beta_slow", self.beta_slow)
+
+    def _scale(self):
+        def get_mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+        if self.mscale and self.mscale_all_dim:
+            return get_mscale(self.factor, self.mscale) / get_mscale(
+                self.factor, self.mscale_all_dim
+            )
+        return get_mscale(self.factor)
+
+    def inv_freq(self, dim, base, seq_len=None):
+
+        def correction_dim(rotations):  # dimension index that turns `rotations` times
+            return (
+                dim
+                * math.log(self.original_max_len / (rotations * 2 * math.pi))
+                / (2 * math.log(base))
+            )
+
+        low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # avoid a zero-width ramp
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        keep = 1 - ramp  # 1: extrapolate (keep the rate), 0: interpolate (rate / factor)
+        inv = _default_inv_freq(dim, base)  # (dim // 2,)
+        return inv / self.factor * (1 - keep) + inv * keep, self._scale()
+
+
+@dataclass(frozen=True)
+class Llama3(Scaling):
+    """Llama 3.1 scaling (Meta, 2024): slow pairs / ``factor``, fast pairs kept, smooth between.
+
+    Parameters
+    ----------
+    factor : float
+        Interpolation factor for the low frequencies (8 for Llama 3.1); must be positive.
+    low_freq_factor, high_freq_factor : float
+        Wavelength thresholds ``original_max_len / low_freq_factor`` and
+        ``original_max_len / high_freq_factor`` (1 and 4 for Llama 3.1).
+    original_max_len : int
+        Training context length (8192 for Llama 3.1).
+    """
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_len: int
+
+    def __post_init__(self):
+        check_positive("factor", self.factor)
+        check_positive("low_freq_factor", self.low_freq_factor)
+        check_positive("high_freq_factor", self.high_freq_factor)
+        check_int("original_max_len", self.original_max_len, minimum=1)
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"high_freq_factor must be > low_freq_factor={self.low_freq_factor}, "
+                f"got {self.high_freq_factor}"
+            )
+
+    def inv_freq(self, dim, base, seq_len=None):
+        inv = _default_inv_freq(dim, base)  # (dim // 2,)
+        wavelen = 2 * math.pi / inv
+        low_wavelen = self.original_max_len / self.low_freq_factor
+        high_wavelen = self.original_max_len / self.high_freq_factor
+        out = np.where(wavelen > low_wavelen, inv / self.factor, inv)
+        smooth = (self.original_max_len / wavelen - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        smoothed = (1 - smooth) * out / self.factor + smooth * out
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return np.where(medium, smoothed, out), 1.0
+
+
+@dataclass(frozen=True)
+class LongRoPE(Scaling):
+    """LongRoPE (Ding et al., 2024, arXiv:2402.13753) as used by Phi-3: searched per-pair factors.
+
+    Rates are divided by ``short_factor`` up to ``original_max_len`` and by ``long_factor``
+    beyond; the attention scale is ``sqrt(1 + log(factor) / log(original_max_len))``.
+
+    Parameters
+    ----------
+    short_factor, long_factor : sequence of float
+        One positive factor per pair (``dim // 2`` entries).
+    original_max_len : int
+        Training context length.
+    factor : float
+        Overall extension ratio (``max_len / original_max_len``), sets the attention scale.
+    attention_factor : float, optional
+        Overrides the computed attention scale.
+    """
+
+    short_factor: tuple = field(default=())
+    long_factor: tuple = field(default=())
+    original_max_len: int = 4096
+    factor: float = 1.0
+    attention_factor: float | None = None
+    length_dependent = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "short_factor", tuple(float(f) for f in self.short_factor))
+        object.__setattr__(self, "long_factor", tuple(float(f) for f in self.long_factor))
+        for name in ("short_factor", "long_factor"):
+            values = getattr(self, name)
+            if not values or min(values) <= 0:
+                raise ValueError(f"{name} must be a non-empty list of positive numbers")
+        check_int("original_max_len", self.original_max_len, minimum=1)
+        check_positive("factor", self.factor)
+
+    def inv_freq(self, dim, base, seq_len=None):
+        use_long = seq_len is not None and seq_len > self.original_max_len
+        ext = np.asarray(self.long_factor if use_long else self.short_factor)
+        if ext.shape != (dim // 2,):
+            raise ValueError(
+                f"LongRoPE factors must have dim // 2 = {dim // 2} entries, got {ext.size}"
+            )
+        if self.attention_factor is not None:
+            scale = float(self.attention_factor)
+        elif self.factor <= 1.0:
+            scale = 1.0
+        else:
+            scale = math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_len))
+        return _default_inv_freq(dim, base) / ext, scale
