@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.base import NoPE, PositionalEncoding, as_positions
+from posenc.torch.base import NoPE, PositionalEncoding, as_positions, check_encoding
 
 __all__ = ["MultiHeadAttention"]
 
@@ -59,11 +59,7 @@ class MultiHeadAttention(nn.Module):
         if dim % heads:
             raise ValueError(f"dim must be divisible by heads={heads}, got dim={dim}")
         self.head_dim = dim // heads
-        self.encoding = NoPE() if encoding is None else encoding
-        if not isinstance(self.encoding, PositionalEncoding):
-            raise ValueError(
-                f"encoding must be a PositionalEncoding, got {type(encoding).__name__}"
-            )
+        self.encoding = NoPE() if encoding is None else check_encoding(encoding)
         self.causal = bool(causal)
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)

@@ -186,3 +186,10 @@ def as_positions(
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
     return positions.to(device=device, dtype=torch.long)
+
+
+def check_encoding(encoding) -> PositionalEncoding:
+    """Return ``encoding`` if it is a :class:`PositionalEncoding`, else raise ``ValueError``."""
+    if not isinstance(encoding, PositionalEncoding):
+        raise ValueError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
+    return encoding

@@ -7,7 +7,7 @@ from torch import nn
 
 from posenc._checks import check_int
 from posenc.torch.attention import MultiHeadAttention
-from posenc.torch.base import PositionalEncoding, as_positions
+from posenc.torch.base import PositionalEncoding, as_positions, check_encoding
 
 __all__ = ["TransformerLM"]
 
@@ -75,11 +75,7 @@ class TransformerLM(nn.Module):
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=1)
         check_int("depth", depth, minimum=1)
         self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
-        if not isinstance(encoding, PositionalEncoding):
-            raise ValueError(
-                f"encoding must be a PositionalEncoding, got {type(encoding).__name__}"
-            )
-        self.encoding = encoding
+        self.encoding = check_encoding(encoding)
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(_Block(dim, heads, encoding, causal) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)

@@ -252,6 +252,16 @@ def _pairing_permutation(head_dim, rotary_dim):
     return perm  # new dim i takes old dim perm[i]
 
 
+def _permute_rows(weight, head_dim, perm):
+    """Reorder the rows of every head of a ``(heads * head_dim, dim)`` weight by ``perm``."""
+    if weight.shape[0] % head_dim:
+        raise ValueError(
+            f"weight rows must be a multiple of head_dim={head_dim}, got {weight.shape[0]}"
+        )
+    w = weight.reshape(-1, head_dim, *weight.shape[1:])  # (heads, head_dim, ...)
+    return w[:, perm].reshape(weight.shape)
+
+
 def interleaved_to_half(weight, *, head_dim, rotary_dim=None):
     """Reorder q/k projection rows so an interleaved-RoPE checkpoint runs with ``pairing="half"``.
 
@@ -270,13 +280,7 @@ def interleaved_to_half(weight, *, head_dim, rotary_dim=None):
         The reordered weight. Scores ``q . k`` are unchanged, because q and k are
         permuted alike.
     """
-    if weight.shape[0] % head_dim:
-        raise ValueError(
-            f"weight rows must be a multiple of head_dim={head_dim}, got {weight.shape[0]}"
-        )
-    perm = _pairing_permutation(head_dim, rotary_dim)
-    w = weight.reshape(-1, head_dim, *weight.shape[1:])  # (heads, head_dim, ...)
-    return w[:, perm].reshape(weight.shape)
+    return _permute_rows(weight, head_dim, _pairing_permutation(head_dim, rotary_dim))
 
 
 def half_to_interleaved(weight, *, head_dim, rotary_dim=None):
@@ -296,10 +300,5 @@ def half_to_interleaved(weight, *, head_dim, rotary_dim=None):
     torch.Tensor
         The reordered weight.
     """
-    if weight.shape[0] % head_dim:
-        raise ValueError(
-            f"weight rows must be a multiple of head_dim={head_dim}, got {weight.shape[0]}"
-        )
     perm = torch.argsort(_pairing_permutation(head_dim, rotary_dim))
-    w = weight.reshape(-1, head_dim, *weight.shape[1:])
-    return w[:, perm].reshape(weight.shape)
+    return _permute_rows(weight, head_dim, perm)
