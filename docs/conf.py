@@ -68,7 +68,6 @@ else:
 # -- API reference (autosummary + numpydoc) -----------------------------------------
 autosummary_generate = True
 autodoc_typehints = "none"
-autodoc_default_options = {"members": False}
 numpydoc_show_class_members = False
 numpydoc_xref_param_type = True
 numpydoc_xref_aliases = {

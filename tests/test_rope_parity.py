@@ -330,3 +330,22 @@ def test_rope_plugs_into_attention_core():
         y_shift = mha(x, positions=torch.arange(20, 30))
     torch.testing.assert_close(y, y_shift)  # relative only: a global offset changes nothing
     assert math.isfinite(y.abs().max().item())
+
+
+def test_out_buffers_equal_allocating_path_and_are_validated():
+    torch.manual_seed(7)
+    rot = RotaryEmbedding(16, max_len=64, rotary_dim=12)
+    q, k = torch.randn(2, 2, 3, 20, 16).unbind(0)
+    expected = rot.rope(q, k)
+    out = (torch.empty_like(q), torch.empty_like(k))
+    got = rot.rope(q, k, out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
+    y = torch.empty_like(q)
+    assert apply_rope(q, out=y, rotary_dim=12) is y
+    torch.testing.assert_close(y, expected[0])
+    with pytest.raises(ValueError, match="out must not share memory with the input"):
+        apply_rope(q, out=q)
+    with pytest.raises(ValueError, match="out must match x"):
+        apply_rope(q, out=torch.empty(2, 3, 20, 16, dtype=torch.float64))

@@ -24,23 +24,34 @@ def _cos_sin(positions, inv_freq, scale, dtype):
     return (scale * angles.cos()).to(dtype), (scale * angles.sin()).to(dtype)
 
 
-def _rotate(x, cos, sin, pairing):
-    """Rotate the first ``2 * cos.shape[-1]`` dims of ``x`` (..., seq, head_dim)."""
-    half = cos.shape[-1]
-    r = 2 * half
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xr = x[..., :r].to(work)
+def _rotate(x, cos, sin, pairing, out=None):
+    """Write the rotation of ``x`` (..., seq, head_dim) into ``out`` and return it.
+
+    ``cos``/``sin`` broadcast to ``(..., seq, r // 2)``. Four fused multiply(-add) kernels
+    write straight into ``out``: no temporaries, so a caller-owned ``out`` makes the
+    whole rotation allocation-free.
+    """
+    if out is None:
+        out = torch.empty_like(x)
+    elif out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(
+            f"out must match x: {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}"
+        )
+    elif out.data_ptr() == x.data_ptr():
+        raise ValueError("out must not share memory with the input")
+    h = cos.shape[-1]
+    r = 2 * h
     if pairing == "half":
-        a, b = xr[..., :half], xr[..., half:]  # (..., seq, r // 2) each
+        x1, x2, o1, o2 = x[..., :h], x[..., h:r], out[..., :h], out[..., h:r]
     else:
-        a, b = xr[..., 0::2], xr[..., 1::2]
-    ra, rb = a * cos - b * sin, b * cos + a * sin
-    rotated = (
-        torch.cat([ra, rb], -1) if pairing == "half" else torch.stack([ra, rb], -1).flatten(-2)
-    )
-    return (
-        torch.cat([rotated.to(x.dtype), x[..., r:]], -1) if r < x.shape[-1] else rotated.to(x.dtype)
-    )
+        x1, x2, o1, o2 = x[..., 0:r:2], x[..., 1:r:2], out[..., 0:r:2], out[..., 1:r:2]
+    torch.mul(x1, cos, out=o1)  # o1 = x1 cos - x2 sin
+    o1.addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=o2)  # o2 = x2 cos + x1 sin
+    o2.addcmul_(x1, sin)
+    if r < x.shape[-1]:
+        out[..., r:].copy_(x[..., r:])  # partial rotary: the tail passes through
+    return out
 
 
 def _check_pairing(pairing):
@@ -50,7 +61,15 @@ def _check_pairing(pairing):
 
 
 def apply_rope(
-    x, positions=None, *, base=10_000.0, pairing="half", scaling=None, rotary_dim=None, seq_len=None
+    x,
+    positions=None,
+    *,
+    base=10_000.0,
+    pairing="half",
+    scaling=None,
+    rotary_dim=None,
+    seq_len=None,
+    out=None,
 ):
     """Rotate ``x`` of shape ``(batch, heads, seq, head_dim)`` by position (RoPE).
 
@@ -73,11 +92,14 @@ def apply_rope(
         Rotate only the first ``rotary_dim`` dims.
     seq_len : int, optional
         Length fed to length-dependent scalings; default ``max(positions) + 1``.
+    out : torch.Tensor, optional
+        Preallocated result (same shape and dtype as ``x``, not overlapping it). Reusing
+        one buffer avoids allocating (and page-faulting) a fresh output every call.
 
     Returns
     -------
     torch.Tensor
-        Same shape and dtype as ``x``.
+        Same shape and dtype as ``x`` (``out`` if given).
 
     Examples
     --------
@@ -95,9 +117,8 @@ def apply_rope(
     inv, scale = posenc.rope_frequencies(
         x.shape[-1], base=base, scaling=scaling, rotary_dim=rotary_dim, seq_len=seq_len
     )
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    cos, sin = _cos_sin(pos, torch.from_numpy(inv).to(x.device), scale, dtype)
-    return _rotate(x, cos[:, None], sin[:, None], pairing)  # cos: (b|1, 1, seq, r // 2)
+    cos, sin = _cos_sin(pos, torch.from_numpy(inv).to(x.device), scale, x.dtype)
+    return _rotate(x, cos[:, None], sin[:, None], pairing, out)  # cos: (b|1, 1, seq, r // 2)
 
 
 class RotaryEmbedding(PositionalEncoding):
@@ -159,21 +180,38 @@ class RotaryEmbedding(PositionalEncoding):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def _tables(self, positions, dtype):  # positions: (b|1, seq)
+    def _tables(self, positions, seq, dtype):
+        """cos, sin ``(b|1, seq, r // 2)`` for int positions ``(b|1, seq)`` (None: 0 .. seq-1)."""
         if self.dynamic:
+            pos = (
+                torch.arange(seq, device=self.cos.device)[None] if positions is None else positions
+            )
             inv, scale = posenc.rope_frequencies(
                 self.head_dim,
                 base=self.base,
                 scaling=self.scaling,
                 rotary_dim=self.rotary_dim,
-                seq_len=int(positions.max()) + 1,
+                seq_len=int(pos.max()) + 1 if pos.numel() else 0,
             )
-            return _cos_sin(positions, torch.from_numpy(inv).to(positions.device), scale, dtype)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"positions must be < max_len={self.max_len}, got {int(positions.max())}"
-            )
+            return _cos_sin(pos, torch.from_numpy(inv).to(pos.device), scale, dtype)
+        last = seq - 1 if positions is None else (int(positions.max()) if positions.numel() else 0)
+        if last >= self.max_len:
+            raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
+        if positions is None:  # the common case: a slice, no gather
+            return self.cos[None, :seq].to(dtype), self.sin[None, :seq].to(dtype)
         return self.cos[positions].to(dtype), self.sin[positions].to(dtype)
+
+    def _check(self, q, k):
+        for name, t in (("q", q), ("k", k)):
+            if t.dim() != 4 or t.shape[-1] != self.head_dim:
+                raise ValueError(
+                    f"{name} must have shape (batch, heads, seq, head_dim="
+                    f"{self.head_dim}), got {tuple(t.shape)}"
+                )
+        if q.shape[:2] != k.shape[:2]:
+            raise ValueError(
+                f"q and k must share (batch, heads), got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
 
     def encode_qk(self, q, k, q_positions, k_positions):
         """Rotate ``q`` and ``k`` (``(batch, heads, seq, head_dim)``) by their positions.
@@ -196,24 +234,14 @@ class RotaryEmbedding(PositionalEncoding):
         k : torch.Tensor
             Rotated keys.
         """
-        for name, t in (("q", q), ("k", k)):
-            if t.dim() != 4 or t.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"{name} must have shape (batch, heads, seq, head_dim="
-                    f"{self.head_dim}), got {tuple(t.shape)}"
-                )
-        if q.shape[:2] != k.shape[:2]:
-            raise ValueError(
-                f"q and k must share (batch, heads), got {tuple(q.shape)} and {tuple(k.shape)}"
-            )
-        work = torch.float64 if q.dtype == torch.float64 else torch.float32
-        out = []
-        for t, pos in ((q, q_positions), (k, k_positions)):
-            cos, sin = self._tables(pos, work)  # (b|1, seq, r // 2)
-            out.append(_rotate(t, cos[:, None], sin[:, None], self.pairing))
-        return out[0], out[1]
+        self._check(q, k)
+        cos, sin = self._tables(q_positions, q.shape[2], q.dtype)  # (b|1, seq_q, r // 2)
+        q = _rotate(q, cos[:, None], sin[:, None], self.pairing)
+        if k_positions is not q_positions:
+            cos, sin = self._tables(k_positions, k.shape[2], k.dtype)  # (b|1, seq_k, r // 2)
+        return q, _rotate(k, cos[:, None], sin[:, None], self.pairing)
 
-    def rope(self, q, k, positions=None):
+    def rope(self, q, k, positions=None, *, out=None):
         """Rotate ``q`` and ``k`` that share positions (``(seq,)`` or ``(batch, seq)``).
 
         Parameters
@@ -223,7 +251,10 @@ class RotaryEmbedding(PositionalEncoding):
         k : torch.Tensor
             Keys, same shape as ``q``.
         positions : torch.Tensor, optional
-            Default ``0 .. seq - 1``.
+            Default ``0 .. seq - 1`` (read from the cache without a gather).
+        out : tuple of torch.Tensor, optional
+            Preallocated ``(q_out, k_out)``, each shaped like ``q`` and not overlapping the
+            inputs: the allocation-free path for inference loops.
 
         Returns
         -------
@@ -236,8 +267,16 @@ class RotaryEmbedding(PositionalEncoding):
             raise ValueError(
                 f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}"
             )
-        pos = as_positions(positions, q.shape[0], q.shape[2], device=q.device)
-        return self.encode_qk(q, k, pos, pos)
+        self._check(q, k)
+        if positions is not None:
+            positions = as_positions(positions, q.shape[0], q.shape[2], device=q.device)
+        q_out, k_out = (None, None) if out is None else out
+        cos, sin = self._tables(positions, q.shape[2], q.dtype)  # (b|1, seq, r // 2)
+        cos, sin = cos[:, None], sin[:, None]  # (b|1, 1, seq, r // 2)
+        return (
+            _rotate(q, cos, sin, self.pairing, q_out),
+            _rotate(k, cos, sin, self.pairing, k_out),
+        )
 
     def extra_repr(self):
         return (
