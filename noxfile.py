@@ -97,3 +97,18 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+BENCH_PEERS = ["torchtune", "torchao", "rotary-embedding-torch", "transformers"]
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """RoPE benchmark against HF, Meta, torchtune, rotary-embedding-torch (+ torch.compile).
+
+    Peers are installed into this session only. Pass ``-- --no-compile`` to skip the
+    torch.compile variants. Writes benchmarks/results/rope.json.
+    """
+    _install(session, "test")
+    session.install(*BENCH_PEERS, *CONSTRAINTS)
+    session.run("python", "benchmarks/bench_rope.py", *session.posargs)
