@@ -162,3 +162,29 @@ def test_bad_input():
         SinusoidalEncoding(16)(torch.randn(2, 5, 8))
     with pytest.raises(ValueError, match=r"idx must have shape \(batch, seq\)"):
         TransformerLM(5, 16, 1, 4, encoding=NoPE())(torch.zeros(5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_mha_with_rope_matches_numpy_reference(pairing):
+    from posenc.torch import RotaryEmbedding
+
+    torch.manual_seed(3)
+    rot = RotaryEmbedding(DIM // HEADS, pairing=pairing, max_len=MAX_LEN)
+    mha = MultiHeadAttention(DIM, HEADS, encoding=rot, causal=True).double()
+    x = torch.randn(2, 7, DIM, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 1, 2, 3]])
+    padding_mask = torch.tensor([[True] * 7, [False] * 3 + [True] * 4])
+    with torch.no_grad():
+        out = mha(x, positions, padding_mask).numpy()
+    # reference: project, rotate q and k with the NumPy RoPE, attend with posenc.attention
+    W = mha.qkv.weight.detach().numpy()
+    q, k, v = (x.numpy() @ W[i * DIM : (i + 1) * DIM].T for i in range(3))
+    q, k, v = (t.reshape(2, 7, HEADS, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
+    pos = positions.numpy()[:, None, :]  # (batch, 1, seq) broadcast over heads
+    q, k = (posenc.rope(t, pos, pairing=pairing) for t in (q, k))
+    allowed = (posenc.causal_mask(7) & padding_mask.numpy()[:, None, None, :]) | np.eye(
+        7, dtype=bool
+    )
+    ref, _ = posenc.attention(q, k, v, mask=allowed)
+    ref = ref.transpose(0, 2, 1, 3).reshape(2, 7, DIM) @ mha.out.weight.detach().numpy().T
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6)  # float32 cos/sin tables
