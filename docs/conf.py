@@ -88,6 +88,7 @@ sphinx_gallery_conf = {
     "reference_url": {"posenc": None},
     "download_all_examples": True,
     "remove_config_comments": True,
+    "subsection_order": ["../examples/sinusoidal", "../examples/rope"],
     "within_subsection_order": "FileNameSortKey",
     "matplotlib_animations": False,
     "show_memory": False,

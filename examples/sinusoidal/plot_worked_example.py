@@ -73,6 +73,25 @@ for with_pe in (False, True):
     print("  same scores up to reordering words:", np.allclose(Sa, Sb[np.ix_(swap, swap)]), "\n")
 
 # %%
+# The same four matrices as pictures: without the encoding the right matrix is the left
+# one with its first and last rows and columns swapped; with it, the entries change.
+import matplotlib.pyplot as plt
+
+fig, axes = plt.subplots(2, 2, figsize=(7, 6.5), layout="constrained")
+for row, with_pe in enumerate((False, True)):
+    for col, sentence in enumerate((a, b)):
+        S = scores(sentence, with_pe)
+        ax = axes[row, col]
+        ax.imshow(S, cmap="viridis", vmin=0, vmax=5)
+        for i in range(3):
+            for j in range(3):
+                ax.text(j, i, f"{S[i, j]:.2f}", ha="center", va="center", color="w")
+        ax.set_xticks(range(3), sentence)
+        ax.set_yticks(range(3), sentence)
+        ax.set_title(f'"{" ".join(sentence)}", {"with" if with_pe else "no"} PE', fontsize=9)
+plt.show()
+
+# %%
 # With the encoding, "bites" scores the *first* word of each sentence differently
 # (row 2, column 1), although it is the same word pair in a different order: the
 # model can tell the sentences apart.
