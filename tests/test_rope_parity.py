@@ -25,6 +25,14 @@ rng = np.random.default_rng(0)
 SHORT = tuple(1.0 + rng.random(HEAD_DIM // 2))
 LONG = tuple(1.0 + 8 * rng.random(HEAD_DIM // 2))
 
+LONGROPE_PARAMS = {
+    "rope_type": "longrope",
+    "short_factor": list(SHORT),
+    "long_factor": list(LONG),
+    "factor": 4.0,
+    "original_max_position_embeddings": ORIG,
+}
+
 # (our scaling, HF rope_parameters, seq_len passed to both)
 CASES = {
     "default": (None, {"rope_type": "default"}, None),
@@ -62,24 +70,12 @@ CASES = {
     ),
     "longrope_short": (
         LongRoPE(SHORT, LONG, ORIG, 4.0),
-        {
-            "rope_type": "longrope",
-            "short_factor": list(SHORT),
-            "long_factor": list(LONG),
-            "factor": 4.0,
-            "original_max_position_embeddings": ORIG,
-        },
+        LONGROPE_PARAMS,
         100,
     ),
     "longrope_long": (
         LongRoPE(SHORT, LONG, ORIG, 4.0),
-        {
-            "rope_type": "longrope",
-            "short_factor": list(SHORT),
-            "long_factor": list(LONG),
-            "factor": 4.0,
-            "original_max_position_embeddings": ORIG,
-        },
+        LONGROPE_PARAMS,
         1000,
     ),
 }
