@@ -8,12 +8,8 @@ from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
 from posenc.torch.attention import MultiHeadAttention
 from posenc.torch.base import NoPE, PositionalEncoding, as_positions
 from posenc.torch.model import TransformerLM
-from posenc.torch.rotary import (
-    RotaryEmbedding,
-    apply_rope,
-    half_to_interleaved,
-    interleaved_to_half,
-)
+from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
+from posenc.torch.rotary import RotaryEmbedding, apply_rope
 
 __all__ = [
     "LearnedEncoding",
