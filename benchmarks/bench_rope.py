@@ -51,6 +51,19 @@ def timeit(fn, min_time=0.4, min_reps=7, max_reps=50):
     return 1e3 * statistics.median(times)
 
 
+def hf_config(heads, head_dim, max_pos):
+    """A Llama config with default RoPE, for HF's rotary embedding."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=heads * head_dim,
+        num_attention_heads=heads,
+        head_dim=head_dim,
+        max_position_embeddings=max_pos,
+        rope_parameters={"rope_type": "default", "rope_theta": BASE},
+    )
+
+
 # -- peers -----------------------------------------------------------------------------------
 def meta_complex(xq, xk, freqs_cis):
     """Meta's Llama reference formulation: pairs as complex numbers (interleaved)."""
@@ -75,17 +88,11 @@ def build_impls(shape, dtype, compile_too):
     ours["posenc half, out="] = lambda: rot_half.rope(q, k, out=outs)
     ours["posenc interleaved, out="] = lambda: rot_inter.rope(q, k, out=outs)
 
-    from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    cfg = LlamaConfig(
-        hidden_size=h * d,
-        num_attention_heads=h,
-        head_dim=d,
-        max_position_embeddings=s,
-        rope_parameters={"rope_type": "default", "rope_theta": BASE},
-    )
-    cos, sin = LlamaRotaryEmbedding(cfg)(q, torch.arange(s)[None])  # (1, s, d), q's dtype
+    cos, sin = LlamaRotaryEmbedding(hf_config(h, d, s))(
+        q, torch.arange(s)[None]
+    )  # (1, s, d), q's dtype
     eager["HF apply_rotary_pos_emb (half)"] = lambda: apply_rotary_pos_emb(q, k, cos, sin)
 
     inv = torch.from_numpy(posenc.rope_frequencies(d, base=BASE)[0])
@@ -126,7 +133,6 @@ def build_impls(shape, dtype, compile_too):
 
 def precision():
     """Max |error| of float32 RoPE at positions up to 2**20 vs a float64 reference."""
-    from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
     d = 128
@@ -134,14 +140,7 @@ def precision():
     x = torch.randn(1, 1, 1024, d, generator=torch.Generator().manual_seed(1))
     ref = posenc.rope(x.double().numpy(), pos.numpy())  # float64
     ours = apply_rope(x, pos).double().numpy()
-    cfg = LlamaConfig(
-        hidden_size=d,
-        num_attention_heads=1,
-        head_dim=d,
-        max_position_embeddings=2**20,
-        rope_parameters={"rope_type": "default", "rope_theta": BASE},
-    )
-    cos, sin = LlamaRotaryEmbedding(cfg)(x, pos[None])
+    cos, sin = LlamaRotaryEmbedding(hf_config(1, d, 2**20))(x, pos[None])
     hf, _ = apply_rotary_pos_emb(x, x, cos, sin)
     return {
         "max_position": int(pos.max()),

@@ -33,21 +33,11 @@ def _rotate(x, cos, sin, pairing, out=None, cis=None):
         if out is not None:
             raise ValueError("out= does not support autograd: x requires grad (use no_grad)")
         return _rotate_autograd(x, cos, sin, pairing)
-    if out is None:
-        out = torch.empty_like(x)
-    elif out.shape != x.shape or out.dtype != x.dtype:
-        raise ValueError(
-            f"out must match x: {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}"
-        )
-    elif out.data_ptr() == x.data_ptr():
-        raise ValueError("out must not share memory with the input")
+    out = torch.empty_like(x) if out is None else _check_out(x, out)
     h = cos.shape[-1]
     r = 2 * h
     if pairing == "interleaved" and _complex_view_ok(x) and _complex_view_ok(out):
-        cis = torch.complex(cos, sin) if cis is None else cis  # (..., seq, r // 2)
-        xc = torch.view_as_complex(x[..., :r].unflatten(-1, (h, 2)))  # (..., seq, r // 2)
-        oc = torch.view_as_complex(out[..., :r].unflatten(-1, (h, 2)))
-        torch.mul(xc, cis, out=oc)
+        _complex_mul(x, out, torch.complex(cos, sin) if cis is None else cis, h)
     elif pairing == "interleaved" and x.dtype in _LOW and x.dim() == 4 and cos.shape[0] == 1:
         cis = torch.complex(cos.float(), sin.float()) if cis is None else cis
         _rotate_blocked(x[..., :r], out[..., :r], cis[0, 0], h)
@@ -59,6 +49,23 @@ def _rotate(x, cos, sin, pairing, out=None, cis=None):
 
 
 _LOW = (torch.bfloat16, torch.float16)
+
+
+def _check_out(x, out):
+    """Return ``out`` if it can receive the rotation of ``x``, else raise ``ValueError``."""
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(
+            f"out must match x: {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}"
+        )
+    if out.data_ptr() == x.data_ptr():
+        raise ValueError("out must not share memory with the input")
+    return out
+
+
+def _complex_mul(x, out, cis, h):
+    """``out[..., :2h] = x[..., :2h] * cis`` with adjacent pairs read as complex numbers."""
+    xc = torch.view_as_complex(x[..., : 2 * h].unflatten(-1, (h, 2)))  # (..., seq, h)
+    torch.mul(xc, cis, out=torch.view_as_complex(out[..., : 2 * h].unflatten(-1, (h, 2))))
 
 
 def _complex_view_ok(t):

@@ -13,7 +13,13 @@ import torch
 import posenc
 from posenc._checks import check_int
 from posenc.rotary import PAIRINGS
-from posenc.torch._rope_kernels import _complex_view_ok, _cos_sin, _rotate
+from posenc.torch._rope_kernels import (
+    _check_out,
+    _complex_mul,
+    _complex_view_ok,
+    _cos_sin,
+    _rotate,
+)
 from posenc.torch.base import PositionalEncoding, as_positions
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
@@ -23,6 +29,16 @@ def _check_pairing(pairing):
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
     return pairing
+
+
+def _tables_for(positions, head_dim, base, scaling, rotary_dim, seq_len, dtype):
+    """cos, sin ``(b|1, seq, r // 2)`` computed now; ``seq_len`` defaults to max position + 1."""
+    if seq_len is None:
+        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+    inv, scale = posenc.rope_frequencies(
+        head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim, seq_len=seq_len
+    )
+    return _cos_sin(positions, torch.from_numpy(inv).to(positions.device), scale, dtype)
 
 
 def apply_rope(
@@ -77,12 +93,7 @@ def apply_rope(
         raise ValueError(f"x must have shape (batch, heads, seq, head_dim), got {tuple(x.shape)}")
     _check_pairing(pairing)
     pos = as_positions(positions, x.shape[0], x.shape[2], device=x.device)  # (b|1, seq)
-    if seq_len is None:
-        seq_len = int(pos.max()) + 1 if pos.numel() else 0
-    inv, scale = posenc.rope_frequencies(
-        x.shape[-1], base=base, scaling=scaling, rotary_dim=rotary_dim, seq_len=seq_len
-    )
-    cos, sin = _cos_sin(pos, torch.from_numpy(inv).to(x.device), scale, x.dtype)
+    cos, sin = _tables_for(pos, x.shape[-1], base, scaling, rotary_dim, seq_len, x.dtype)
     return _rotate(x, cos[:, None], sin[:, None], pairing, out)  # cos: (b|1, 1, seq, r // 2)
 
 
@@ -153,14 +164,9 @@ class RotaryEmbedding(PositionalEncoding):
             pos = (
                 torch.arange(seq, device=self.cos.device)[None] if positions is None else positions
             )
-            inv, scale = posenc.rope_frequencies(
-                self.head_dim,
-                base=self.base,
-                scaling=self.scaling,
-                rotary_dim=self.rotary_dim,
-                seq_len=int(pos.max()) + 1 if pos.numel() else 0,
+            return _tables_for(
+                pos, self.head_dim, self.base, self.scaling, self.rotary_dim, None, dtype
             )
-            return _cos_sin(pos, torch.from_numpy(inv).to(pos.device), scale, dtype)
         last = seq - 1 if positions is None else (int(positions.max()) if positions.numel() else 0)
         if last >= self.max_len:
             raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
@@ -238,13 +244,10 @@ class RotaryEmbedding(PositionalEncoding):
         if positions is not None:
             positions = as_positions(positions, q.shape[0], q.shape[2], device=q.device)
         q_out, k_out = (None, None) if out is None else out
+        if out is not None and {q_out.data_ptr(), k_out.data_ptr()} & {q.data_ptr(), k.data_ptr()}:
+            raise ValueError("out must not share memory with the input")
         training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-        if (
-            positions is None
-            and self.pairing == "interleaved"
-            and not self.dynamic
-            and not training
-        ):
+        if positions is None and self.pairing == "interleaved" and not (self.dynamic or training):
             fast = self._rope_complex(q, k, q_out, k_out)
             if fast is not None:
                 return fast
@@ -259,27 +262,18 @@ class RotaryEmbedding(PositionalEncoding):
         )
 
     def _rope_complex(self, q, k, q_out, k_out):
-        """Fast path: default positions, interleaved float32/64, full rotary width."""
+        """Shortcut of ``_rotate`` for default positions, interleaved float32/64, full width:
+        the cached complex table and nothing else (saves the per-call table slicing)."""
         seq, h = q.shape[2], self.rotary_dim // 2
         if self.rotary_dim != self.head_dim or seq > self.max_len:
             return None
-        q_out = torch.empty_like(q) if q_out is None else q_out
-        k_out = torch.empty_like(k) if k_out is None else k_out
-        if (
-            not all(map(_complex_view_ok, (q, k, q_out, k_out)))
-            or q_out.shape != q.shape
-            or (k_out.shape != k.shape)
-        ):
+        q_out = torch.empty_like(q) if q_out is None else _check_out(q, q_out)
+        k_out = torch.empty_like(k) if k_out is None else _check_out(k, k_out)
+        if not all(map(_complex_view_ok, (q, k, q_out, k_out))):
             return None
-        if q_out.data_ptr() in (q.data_ptr(), k.data_ptr()) or k_out.data_ptr() in (
-            q.data_ptr(),
-            k.data_ptr(),
-        ):
-            raise ValueError("out must not share memory with the input")
         cis = self.cis[:seq]  # (seq, r // 2)
-        for x, o in ((q, q_out), (k, k_out)):
-            xc = torch.view_as_complex(x.unflatten(-1, (h, 2)))  # (b, heads, seq, r // 2)
-            torch.mul(xc, cis, out=torch.view_as_complex(o.unflatten(-1, (h, 2))))
+        _complex_mul(q, q_out, cis, h)
+        _complex_mul(k, k_out, cis, h)
         return q_out, k_out
 
     def extra_repr(self):
