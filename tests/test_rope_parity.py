@@ -133,9 +133,9 @@ def test_apply_rope_half_matches_hf_llama(name):
     q_hf, k_hf = apply_rotary_pos_emb(q, k, cos, sin)
     ours = [apply_rope(t, positions, base=BASE, scaling=scaling) for t in (q, k)]
     # HF forces the angles p * inv_freq to float32 (and its float32 sin/cos vary with the CPU's
-    # vector math), so an angle of up to 1500 rad carries an error of a few float32 ulps.
+    # vector math), so an angle of up to 1500 rad is off by several float32 epsilons.
     # Rotating a pair of norm r by an angle off by d moves each coordinate by at most r * d:
-    # bound d by 8 ulps at the largest angle. A wrong convention (pairing, scale) errs by O(r).
+    # bound d by 8 epsilons (2**-23) of the largest angle. A wrong convention errs by O(r).
     angle_err = 8 * 1500 * 2.0**-23  # ~1.4e-3 rad
     _, scale = posenc.rope_frequencies(HEAD_DIM, base=BASE, scaling=scaling, seq_len=1500)
     half = HEAD_DIM // 2
