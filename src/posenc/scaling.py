@@ -117,8 +117,8 @@ class DynamicNTK(Scaling):
 
     def inv_freq(self, dim, base, seq_len=None):
         n = max(seq_len or self.original_max_len, self.original_max_len)
-        grow = self.factor * n / self.original_max_len - (self.factor - 1)
-        return _default_inv_freq(dim, base * grow ** (dim / (dim - 2))), 1.0
+        grow = self.factor * n / self.original_max_len - (self.factor - 1)  # >= 1
+        return NTK(grow).inv_freq(dim, base)  # static NTK at the current factor
 
 
 @dataclass(frozen=True)
