@@ -12,6 +12,7 @@ from posenc.torch import (
     PositionalEncoding,
     SinusoidalEncoding,
     TransformerLM,
+    position_tensor,
 )
 
 DIM, HEADS, MAX_LEN = 16, 4, 32
@@ -78,6 +79,8 @@ class DistancePenalty(PositionalEncoding):
     """A score-bias encoding defined outside the library: -|m - n| / 4 per head."""
 
     def score_bias(self, q_positions, k_positions):
+        q_positions = position_tensor(q_positions)  # a range or a tensor -> (b|1, n)
+        k_positions = position_tensor(k_positions)
         dist = (q_positions[:, :, None] - k_positions[:, None, :]).abs()  # (b, n, n)
         return -dist[:, None].double() / 4  # (b, 1, n, n)
 

@@ -1,17 +1,20 @@
 """PyTorch modules of posenc (imports torch; ``import posenc`` alone does not).
 
 Encodings implement the hooks of :class:`PositionalEncoding` for the place where they
-act in attention; :class:`MultiHeadAttention` calls them. See the architecture page.
+act in attention; :func:`attend` and :class:`MultiHeadAttention` call them. See the
+architecture page.
 """
 
 from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
-from posenc.torch.attention import MultiHeadAttention
-from posenc.torch.base import NoPE, PositionalEncoding, as_positions
+from posenc.torch.attention import MultiHeadAttention, attend, attention_mask
+from posenc.torch.base import NoPE, PositionalEncoding, as_positions, position_tensor
+from posenc.torch.cache import KVCache
 from posenc.torch.model import TransformerLM
 from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
 
 __all__ = [
+    "KVCache",
     "LearnedEncoding",
     "MultiHeadAttention",
     "NoPE",
@@ -21,6 +24,9 @@ __all__ = [
     "TransformerLM",
     "apply_rope",
     "as_positions",
+    "attend",
+    "attention_mask",
     "half_to_interleaved",
     "interleaved_to_half",
+    "position_tensor",
 ]

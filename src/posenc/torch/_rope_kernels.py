@@ -1,57 +1,79 @@
-"""RoPE kernels: rotate ``(..., seq, head_dim)`` tensors given cos/sin tables.
+"""RoPE kernels: rotate ``(..., seq, head_dim)`` tensors given a cos/sin table.
 
-Angles are always float64 products of positions and rates (``_cos_sin``); only the
-resulting cos/sin are rounded. Three rotation kernels, chosen by pairing and dtype, write
-into a caller-owned ``out`` without temporaries of the size of the input; a plain
-differentiable expression is used while autograd records.
+The table ``cs`` has shape ``(..., seq, r // 2, 2)`` holding ``[cos, sin]`` (times the
+attention scale) in float32, or float64 for float64 inputs; angles are always float64
+products of integer positions and rates (``cos_sin``). The rotation is computed in the
+table's dtype and rounded once to the input's dtype.
+
+Two implementations of the same rotation:
+
+* ``_rotate_expr``: plain tensor expressions, new output; used while autograd records,
+  under ``torch.compile`` and under ``torch.func`` transforms (vmap, grad, jacfwd).
+* eager kernels for plain inference, which write into ``out`` or into ``x`` itself
+  (``inplace``) without temporaries the size of ``x``: a complex multiply for
+  interleaved float32/float64, four multiply(-add) kernels on the halves, and a blocked
+  path through a small float32 buffer (low precision, in-place half pairing, odd strides).
 """
 
 from __future__ import annotations
 
 import torch
 
-
-def _cos_sin(positions, inv_freq, scale, dtype):
-    """cos, sin of ``positions * inv_freq``: float64 angles, rounded to ``dtype``."""
-    angles = positions.to(torch.float64)[..., None] * inv_freq  # (b|1, seq, r // 2)
-    return (scale * angles.cos()).to(dtype), (scale * angles.sin()).to(dtype)
+_BLOCK = 1 << 18  # elements per block of the blocked kernel (1 MiB of float32)
 
 
-def _rotate(x, cos, sin, pairing, out=None, cis=None):
-    """Write the rotation of ``x`` (..., seq, head_dim) into ``out`` and return it.
+def cos_sin(positions, inv_freq, scale, dtype):
+    """``[cos, sin]`` of ``positions * inv_freq`` times ``scale``: ``(..., seq, r // 2, 2)``.
 
-    ``cos``/``sin`` broadcast to ``(..., seq, r // 2)``; ``cis`` optionally holds
-    ``complex(cos, sin)`` already. Three kernels, none with temporaries the size of ``x``,
-    so a caller-owned ``out`` makes the rotation allocation-free:
-
-    * interleaved float32/float64: adjacent pairs are complex numbers, one complex multiply;
-    * interleaved bfloat16/float16: the same, block by block through a small float32
-      buffer that stays in cache (upcast, multiply, round once);
-    * half: four multiply(-add) kernels on the two halves.
+    Angles are float64 whatever ``dtype`` is; only the results are rounded to ``dtype``.
     """
-    if torch.is_grad_enabled() and x.requires_grad:
+    angles = positions.to(torch.float64)[..., None] * inv_freq  # (..., seq, r // 2)
+    return (scale * torch.stack([angles.cos(), angles.sin()], -1)).to(dtype)
+
+
+def needs_expr(x) -> bool:
+    """Must the differentiable, traceable expression be used for ``x``?"""
+    return (
+        (torch.is_grad_enabled() and x.requires_grad)
+        or torch.compiler.is_compiling()
+        or torch._C._functorch.is_functorch_wrapped_tensor(x)
+    )
+
+
+def rotate(x, cs, pairing, *, out=None, inplace=False):
+    """Rotate the first ``r = 2 * cs.shape[-2]`` dims of ``x`` (..., seq, head_dim) by ``cs``.
+
+    Returns a new tensor, or ``out`` (same shape and dtype as ``x``, not overlapping it), or
+    ``x`` itself when ``inplace`` (plain eager inference only; otherwise a new tensor).
+    """
+    if needs_expr(x):
         if out is not None:
-            raise ValueError("out= does not support autograd: x requires grad (use no_grad)")
-        return _rotate_autograd(x, cos, sin, pairing)
-    out = torch.empty_like(x) if out is None else _check_out(x, out)
-    h = cos.shape[-1]
-    r = 2 * h
-    if pairing == "interleaved" and _complex_view_ok(x) and _complex_view_ok(out):
-        _complex_mul(x, out, torch.complex(cos, sin) if cis is None else cis, h)
-    elif pairing == "interleaved" and x.dtype in _LOW and x.dim() == 4 and cos.shape[0] == 1:
-        cis = torch.complex(cos.float(), sin.float()) if cis is None else cis
-        _rotate_blocked(x[..., :r], out[..., :r], cis[0, 0], h)
+            raise ValueError(
+                "out= needs plain eager inference: x requires grad or is being traced "
+                "(use torch.no_grad() and no transform, or drop out=)"
+            )
+        return _rotate_expr(x, cs, pairing)
+    if inplace:
+        dst = x
+    elif out is None:
+        dst = torch.empty_like(x)
     else:
-        _rotate_halves(x, cos, sin, pairing, out, h, r)
-    if r < x.shape[-1]:
-        out[..., r:].copy_(x[..., r:])  # partial rotary: the tail passes through
-    return out
+        dst = check_out(x, out)
+    h = cs.shape[-2]
+    r = 2 * h
+    same = x.dtype == cs.dtype
+    if pairing == "interleaved" and same and _complex_view_ok(x) and _complex_view_ok(dst):
+        torch.mul(_as_complex(x, h), torch.view_as_complex(cs), out=_as_complex(dst, h))
+    elif pairing == "half" and same and dst is not x:
+        _rotate_halves(x, cs, dst, h)
+    else:
+        _rotate_blocked(x, cs, pairing, dst, h)
+    if r < x.shape[-1] and dst is not x:
+        dst[..., r:].copy_(x[..., r:])  # partial rotary: the tail passes through
+    return dst
 
 
-_LOW = (torch.bfloat16, torch.float16)
-
-
-def _check_out(x, out):
+def check_out(x, out):
     """Return ``out`` if it can receive the rotation of ``x``, else raise ``ValueError``."""
     if out.shape != x.shape or out.dtype != x.dtype:
         raise ValueError(
@@ -62,10 +84,30 @@ def _check_out(x, out):
     return out
 
 
-def _complex_mul(x, out, cis, h):
-    """``out[..., :2h] = x[..., :2h] * cis`` with adjacent pairs read as complex numbers."""
-    xc = torch.view_as_complex(x[..., : 2 * h].unflatten(-1, (h, 2)))  # (..., seq, h)
-    torch.mul(xc, cis, out=torch.view_as_complex(out[..., : 2 * h].unflatten(-1, (h, 2))))
+def _pairs(t, h, pairing):
+    """The two members of every pair of ``t[..., :2h]`` as views ``(..., seq, h)``."""
+    if pairing == "half":
+        return t[..., :h], t[..., h : 2 * h]
+    return t[..., 0 : 2 * h : 2], t[..., 1 : 2 * h : 2]
+
+
+def _rotate_expr(x, cs, pairing):
+    """Differentiable and traceable: computed in ``cs.dtype``, rounded once to ``x.dtype``."""
+    h = cs.shape[-2]
+    r = 2 * h
+    cos, sin = cs[..., 0], cs[..., 1]  # (..., seq, r // 2) each
+    x1, x2 = (t.to(cs.dtype) for t in _pairs(x, h, pairing))
+    o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin  # (..., seq, r // 2) each
+    if pairing == "half":
+        rot = torch.cat([o1, o2], -1)  # (..., seq, r)
+    else:
+        rot = torch.stack([o1, o2], -1).flatten(-2)  # (..., seq, r)
+    rot = rot.to(x.dtype)
+    return torch.cat([rot, x[..., r:]], -1) if r < x.shape[-1] else rot
+
+
+def _as_complex(t, h):
+    return torch.view_as_complex(t[..., : 2 * h].unflatten(-1, (h, 2)))  # (..., seq, h)
 
 
 def _complex_view_ok(t):
@@ -78,36 +120,51 @@ def _complex_view_ok(t):
     )
 
 
-def _rotate_blocked(x, out, cis, h, block=1 << 18):
-    """Interleaved low-precision path: groups of heads through a float32 complex buffer."""
-    b, heads, seq, _ = x.shape
-    g = max(1, min(heads, block // (seq * 2 * h)))  # heads per block, ~1 MB of float32
-    buf = torch.empty(g, seq, h, 2, device=x.device)  # (g, seq, r // 2, 2)
-    for i in range(b):
-        for j in range(0, heads, g):
-            n = min(g, heads - j)
-            tmp = buf[:n]
-            tmp.copy_(x[i, j : j + n].unflatten(-1, (h, 2)))  # upcast
-            torch.view_as_complex(tmp).mul_(cis)  # (n, seq, r // 2)
-            out[i, j : j + n].unflatten(-1, (h, 2)).copy_(tmp)  # round once
-
-
-def _rotate_autograd(x, cos, sin, pairing):
-    """Differentiable version for training: plain tensor expressions, new output."""
-    h = cos.shape[-1]
-    r = 2 * h
-    x1, x2 = (x[..., :h], x[..., h:r]) if pairing == "half" else (x[..., 0:r:2], x[..., 1:r:2])
-    o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin  # (..., seq, r // 2) each
-    rot = torch.cat([o1, o2], -1) if pairing == "half" else torch.stack([o1, o2], -1).flatten(-2)
-    return torch.cat([rot, x[..., r:]], -1) if r < x.shape[-1] else rot
-
-
-def _rotate_halves(x, cos, sin, pairing, out, h, r):
-    if pairing == "half":
-        x1, x2, o1, o2 = x[..., :h], x[..., h:r], out[..., :h], out[..., h:r]
-    else:
-        x1, x2, o1, o2 = x[..., 0:r:2], x[..., 1:r:2], out[..., 0:r:2], out[..., 1:r:2]
+def _rotate_halves(x, cs, dst, h):
+    """Out of place, same dtype: four kernels on the halves, no temporaries."""
+    cos, sin = cs[..., 0], cs[..., 1]
+    x1, x2 = _pairs(x, h, "half")
+    o1, o2 = _pairs(dst, h, "half")
     torch.mul(x1, cos, out=o1)  # o1 = x1 cos - x2 sin
     o1.addcmul_(x2, sin, value=-1)
     torch.mul(x2, cos, out=o2)  # o2 = x2 cos + x1 sin
     o2.addcmul_(x1, sin)
+
+
+def _rotate_blocked(x, cs, pairing, dst, h):
+    """Blocks of rows through a small buffer in ``cs.dtype``: upcast, rotate, round once.
+
+    Works in place (``dst is x``) because each block is copied out before it is written.
+    Small tensors go in one shot (their temporaries are small too).
+    """
+    r = 2 * h
+    if x.numel() <= _BLOCK:
+        dst[..., :r].copy_(_rotate_expr(x[..., :r], cs, pairing))
+        return
+    tab = cs.expand(*x.shape[:-2], *cs.shape[-3:])  # (..., seq, r // 2, 2), no copy
+    seq = x.shape[-2]
+    buf = None
+    for xv, dv, tv in zip(_views3(x), _views3(dst), _views3(tab, 4), strict=True):
+        rows = xv.shape[0]  # xv, dv: (rows, seq, width); tv: (rows, seq, r // 2, 2)
+        g = max(1, min(rows, _BLOCK // (seq * r)))  # rows per block
+        if buf is None or buf.shape[1] < g:
+            buf = torch.empty(2, g, seq, r, dtype=cs.dtype, device=x.device)
+        for j in range(0, rows, g):
+            n = min(g, rows - j)
+            src, res = buf[0, :n], buf[1, :n]  # (n, seq, r)
+            src.copy_(xv[j : j + n, :, :r])  # upcast (or copy) the block
+            cos, sin = tv[j : j + n, ..., 0], tv[j : j + n, ..., 1]  # (n, seq, r // 2)
+            s1, s2 = _pairs(src, h, pairing)
+            o1, o2 = _pairs(res, h, pairing)
+            torch.mul(s1, cos, out=o1)
+            o1.addcmul_(s2, sin, value=-1)
+            torch.mul(s2, cos, out=o2)
+            o2.addcmul_(s1, sin)
+            dv[j : j + n, :, :r].copy_(res)  # round once
+
+
+def _views3(t, ndim=3):
+    """``t`` as a list of ``ndim``-D views, unbinding leading dims (never copies)."""
+    if t.dim() <= ndim:
+        return [t.reshape((1,) * (ndim - t.dim()) + tuple(t.shape))]
+    return [v for sub in t.unbind(0) for v in _views3(sub, ndim)]

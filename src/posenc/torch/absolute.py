@@ -7,7 +7,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_dim, check_int, check_positive
-from posenc.torch.base import PositionalEncoding, as_positions
+from posenc.torch.base import PositionalEncoding, max_position, position_arg
 
 __all__ = ["SinusoidalEncoding", "LearnedEncoding"]
 
@@ -21,25 +21,44 @@ class _TableEncoding(PositionalEncoding):
     def _table(self) -> torch.Tensor:  # (max_len, dim)
         raise NotImplementedError
 
-    def encode_input(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
-        positions = as_positions(positions, x.shape[0], x.shape[1], device=x.device)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"positions must be < max_len={self.max_len}, got {int(positions.max())}; "
-                f"build the encoding with a larger max_len"
-            )
-        pe = self._table()[positions]  # (batch or 1, seq, dim)
-        return x + pe.to(x.dtype)  # (batch, seq, dim)
+        positions = position_arg(positions, x.shape[0], x.shape[1])
+        table = self._table()  # (max_len, dim)
+        if isinstance(positions, range):  # contiguous: a slice, no gather
+            if positions.stop > self.max_len:
+                self._too_far(positions.stop - 1)
+            pe = table[positions.start : positions.stop][None]  # (1, seq, dim)
+        else:
+            if not torch.compiler.is_compiling() and max_position(positions) >= self.max_len:
+                self._too_far(max_position(positions))
+            pe = table[positions.to(table.device)]  # (batch or 1, seq, dim)
+        return x + pe.to(x.dtype)  # (batch, seq, dim), rounded once to x's dtype
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def _too_far(self, last):
+        raise ValueError(
+            f"positions must be < max_len={self.max_len}, got {last}; "
+            f"build the encoding with a larger max_len"
+        )
+
+    def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:
         """Add the encoding to ``x`` of shape ``(batch, seq, dim)``.
 
-        ``positions`` (``(seq,)`` or ``(batch, seq)``, int) defaults to ``0 .. seq - 1``;
-        pass offsets for continued sequences or per-row positions for padding.
+        Parameters
+        ----------
+        x : torch.Tensor
+            Embeddings ``(batch, seq, dim)``.
+        positions : torch.Tensor or range, optional
+            Int ``(seq,)`` or ``(batch, seq)``, default ``0 .. seq - 1``; pass offsets for
+            continued sequences or per-row positions for padding.
+
+        Returns
+        -------
+        torch.Tensor
+            ``x`` plus the rows of its positions, same shape and dtype.
         """
         return self.encode_input(x, positions)
 
@@ -50,11 +69,11 @@ class _TableEncoding(PositionalEncoding):
 class SinusoidalEncoding(_TableEncoding):
     r"""Adds the fixed sinusoidal table of Vaswani et al. (2017) to token embeddings.
 
-    The table is computed once by :func:`posenc.sinusoidal` in float64 and kept as a
-    non-persistent float64 buffer (not saved in ``state_dict``); at run time the rows
-    are cast to the input's dtype, so float64 models get full precision and
-    float32/bfloat16 inputs are rounded once. ``module.to(dtype)`` casts the buffer
-    like any other.
+    The table is computed by :func:`posenc.sinusoidal` in float64 and kept as a
+    non-persistent float64 buffer: never saved to or loaded from ``state_dict``, and
+    recomputed after ``.to()``, ``.half()``, device moves and ``to_empty()`` (so meta-device
+    construction works). It stays float64 whatever the module's dtype; at run time the
+    rows are rounded once to the input's dtype.
 
     Parameters
     ----------
@@ -82,8 +101,13 @@ class SinusoidalEncoding(_TableEncoding):
         self.dim = check_dim("dim", dim)
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.base = check_positive("base", base)
+        self._register_derived()
+
+    _DERIVED = ("table",)
+
+    def _derived_tensors(self):
         table = posenc.sinusoidal(self.max_len, self.dim, base=self.base)  # float64
-        self.register_buffer("table", torch.from_numpy(table), persistent=False)
+        return {"table": torch.from_numpy(table)}  # (max_len, dim)
 
     def _table(self) -> torch.Tensor:
         return self.table

@@ -11,9 +11,13 @@ the queries and keys      ``encode_qk(q, k, q_pos, k_pos)``      RoPE
 the scores                ``score_bias(q_pos, k_pos)``           ALiBi, T5 buckets
 ========================  =====================================  ==========================
 
-Shape legend: ``x`` is ``(batch, seq, dim)``; ``q`` and ``k`` are
-``(batch, heads, seq, head_dim)``; positions are int64 ``(batch, seq)`` (or
-``(1, seq)`` when shared by the batch).
+Shape legend: ``x`` is ``(batch, seq, dim)``; ``q`` is ``(batch, heads, seq_q, head_dim)``
+and ``k`` is ``(batch, kv_heads, seq_k, head_dim)`` with ``kv_heads`` dividing ``heads``
+(grouped-query attention). Positions reaching a hook are either an int64 tensor
+``(batch, seq)`` / ``(1, seq)`` or a :class:`range` -- contiguous positions shared by the
+batch, the common case, which lets table encodings slice instead of gather and keeps
+:func:`torch.compile` free of data-dependent branches. :func:`as_positions` turns either
+into a tensor.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["PositionalEncoding", "NoPE", "as_positions"]
+__all__ = ["PositionalEncoding", "NoPE", "as_positions", "position_tensor"]
 
 PLACES = ("input", "qk", "scores")
 
@@ -31,22 +35,35 @@ class PositionalEncoding(nn.Module):
 
     The defaults do nothing, so an encoding that acts only on the input never
     touches queries, keys or scores. :attr:`places` reports which hooks a subclass
-    overrides; the attention module calls the query/key and
-    score hooks, the model calls the input hook once before its first block.
+    overrides; the attention core calls the query/key and score hooks, the model calls
+    the input hook once before its first block.
+
+    Three more members let an encoding shape the attention around it without the
+    attention code knowing which encoding it is: :meth:`qk_dim` (the width of the encoded
+    queries and keys), :meth:`softmax_scale`, and :attr:`caches_encoded_keys` (whether a KV
+    cache may store keys after ``encode_qk``).
+
+    Derived state (tables computed from the constructor arguments, such as cos/sin
+    tables) is declared by overriding ``_derived_tensors``: it is registered as
+    non-persistent buffers (never saved to or loaded from a checkpoint) and rebuilt with
+    the right numbers after every ``.to()``, ``.half()``, device move or ``to_empty()``,
+    so a module built on the meta device is exact once materialised.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    #: Whether a KV cache may keep keys *after* :meth:`encode_qk`. ``False`` for encodings
+    #: whose key transform depends on the length of the whole sequence (length-dependent
+    #: RoPE scalings): the cache then keeps raw keys and the hook sees all of them each step.
+    caches_encoded_keys: bool = True
 
-    def encode_input(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
         """Add position to token embeddings (default: return ``x`` unchanged).
 
         Parameters
         ----------
         x : torch.Tensor
             Embeddings, shape ``(batch, seq, dim)``.
-        positions : torch.Tensor
-            Int64 positions, shape ``(batch, seq)`` or ``(1, seq)``.
+        positions : torch.Tensor or range
+            Int64 ``(batch, seq)`` / ``(1, seq)``, or a ``range`` of length ``seq``.
 
         Returns
         -------
@@ -55,13 +72,7 @@ class PositionalEncoding(nn.Module):
         """
         return x
 
-    def encode_qk(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        q_positions: torch.Tensor,
-        k_positions: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_qk(self, q, k, q_positions, k_positions, *, inplace: bool = False):
         """Transform queries and keys by their positions (default: unchanged).
 
         Parameters
@@ -69,32 +80,33 @@ class PositionalEncoding(nn.Module):
         q : torch.Tensor
             Queries, shape ``(batch, heads, seq_q, head_dim)``.
         k : torch.Tensor
-            Keys, shape ``(batch, heads, seq_k, head_dim)``.
-        q_positions : torch.Tensor
-            Int64 positions of the queries, ``(batch, seq_q)`` or ``(1, seq_q)``.
-        k_positions : torch.Tensor
-            Int64 positions of the keys, ``(batch, seq_k)`` or ``(1, seq_k)``.
+            Keys, shape ``(batch, kv_heads, seq_k, head_dim)``; ``kv_heads`` divides ``heads``.
+        q_positions : torch.Tensor or range
+            Positions of the queries: int64 ``(batch|1, seq_q)`` or a ``range``.
+        k_positions : torch.Tensor or range
+            Positions of the keys: int64 ``(batch|1, seq_k)`` or a ``range``.
+        inplace : bool
+            The caller owns ``q`` and ``k`` and allows the result to be written into them
+            (the attention core does this for its fresh projections outside autograd).
 
         Returns
         -------
         q : torch.Tensor
-            Same shape and dtype as the input ``q``.
+            Shape ``(batch, heads, seq_q, qk_dim(head_dim))``, dtype of the input ``q``.
         k : torch.Tensor
-            Same shape and dtype as the input ``k``.
+            Shape ``(batch, kv_heads, seq_k, qk_dim(head_dim))``, dtype of the input ``k``.
         """
         return q, k
 
-    def score_bias(
-        self, q_positions: torch.Tensor, k_positions: torch.Tensor
-    ) -> torch.Tensor | None:
+    def score_bias(self, q_positions, k_positions) -> torch.Tensor | None:
         """Bias added to the scaled scores before the softmax (default: none).
 
         Parameters
         ----------
-        q_positions : torch.Tensor
-            Int64 positions of the queries, ``(batch, seq_q)`` or ``(1, seq_q)``.
-        k_positions : torch.Tensor
-            Int64 positions of the keys, ``(batch, seq_k)`` or ``(1, seq_k)``.
+        q_positions : torch.Tensor or range
+            Positions of the queries: int64 ``(batch|1, seq_q)`` or a ``range``.
+        k_positions : torch.Tensor or range
+            Positions of the keys: int64 ``(batch|1, seq_k)`` or a ``range``.
 
         Returns
         -------
@@ -102,6 +114,36 @@ class PositionalEncoding(nn.Module):
             Float bias broadcastable to ``(batch, heads, seq_q, seq_k)``, or ``None``.
         """
         return None
+
+    def qk_dim(self, head_dim: int) -> int:
+        """Width of the queries and keys returned by :meth:`encode_qk` (default ``head_dim``).
+
+        Parameters
+        ----------
+        head_dim : int
+            Width of one head of the projections (and of the values).
+
+        Returns
+        -------
+        int
+            The width attention computes ``q . k`` over; a KV cache allocates it.
+        """
+        return head_dim
+
+    def softmax_scale(self, head_dim: int) -> float:
+        """Factor on ``q . k`` before the softmax (default ``1 / sqrt(head_dim)``).
+
+        Parameters
+        ----------
+        head_dim : int
+            Width of one head of the projections, not :meth:`qk_dim`.
+
+        Returns
+        -------
+        float
+            Passed to attention as its ``scale``.
+        """
+        return head_dim**-0.5
 
     @property
     def places(self) -> tuple[str, ...]:
@@ -114,12 +156,38 @@ class PositionalEncoding(nn.Module):
             if getattr(cls, hook) is not getattr(PositionalEncoding, hook)
         )
 
+    # -- derived state ----------------------------------------------------------------------
+    #: Names of the non-persistent buffers built by ``_derived_tensors``.
+    _DERIVED: tuple[str, ...] = ()
+
+    def _derived_tensors(self) -> dict[str, torch.Tensor]:
+        """Tables computed from the constructor arguments, on the CPU (default: none)."""
+        return {}
+
+    def _register_derived(self, device=None) -> None:
+        """(Re)compute the derived tables and register them as non-persistent buffers.
+
+        ``device`` defaults to torch's default device, so a module built inside
+        ``with torch.device("meta")`` holds meta tables until it is materialised.
+        """
+        device = torch.get_default_device() if device is None else device
+        for name, table in self._derived_tensors().items():
+            self.register_buffer(name, table.to(device), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        # .to(), .half(), .cuda(), to_empty() ... all land here: let torch move everything,
+        # then rebuild the derived tables exactly, in their own dtype, on the new device.
+        super()._apply(fn, recurse)
+        present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
+        if present:
+            self._register_derived(present[0].device)
+        return self
+
 
 class NoPE(PositionalEncoding):
     """No positional encoding: every hook is the default no-op.
 
     Without a causal mask, attention is then permutation-equivariant; with one,
-
     a decoder can still infer order from the mask itself (Haviv et al., 2022;
     Kazemnejad et al., 2023).
 
@@ -131,17 +199,16 @@ class NoPE(PositionalEncoding):
     """
 
 
-def as_positions(
-    positions: torch.Tensor | None, batch: int, seq: int, *, device=None
-) -> torch.Tensor:
+def as_positions(positions, batch: int, seq: int, *, device=None) -> torch.Tensor:
     """Validate positions and return them as an int64 tensor of shape (batch or 1, seq).
 
-    ``None`` means ``0 .. seq - 1`` shared by the batch. A 1-D tensor of length
-    ``seq`` is shared by the batch; a 2-D tensor must be ``(batch, seq)``.
+    ``None`` means ``0 .. seq - 1`` shared by the batch; a ``range`` of length ``seq``
+    is shared by the batch too. A 1-D tensor of length ``seq`` is shared by the batch; a
+    2-D tensor must be ``(batch, seq)`` or ``(1, seq)``.
 
     Parameters
     ----------
-    positions : torch.Tensor or None
+    positions : torch.Tensor, range or None
         Int positions, ``(seq,)`` or ``(batch, seq)``; values must be non-negative.
     batch : int
         Batch size of the tensor the positions belong to.
@@ -167,14 +234,33 @@ def as_positions(
     >>> from posenc.torch import as_positions
     >>> as_positions(None, 2, 3)
     tensor([[0, 1, 2]])
+    >>> as_positions(range(5, 8), 2, 3)
+    tensor([[5, 6, 7]])
     >>> as_positions(torch.tensor([[5, 6, 7], [0, 1, 2]]), 2, 3).shape
     torch.Size([2, 3])
     """
+    return position_tensor(position_arg(positions, batch, seq), device)
+
+
+def position_arg(positions, batch: int, seq: int):
+    """Normalise user positions for the hooks: ``None`` -> ``range(seq)``, tensors validated.
+
+    Returns a ``range`` (contiguous, shared by the batch) or an int64 ``(batch|1, seq)``
+    tensor. The non-negativity check reads the values, so it runs in eager mode only
+    (compiled code relies on the indexing bounds checks of the encodings instead).
+    """
     if positions is None:
-        return torch.arange(seq, device=device).unsqueeze(0)  # (1, seq)
+        return range(seq)
+    if isinstance(positions, range):
+        if positions.step != 1 or len(positions) != seq or positions.start < 0:
+            raise ValueError(
+                f"positions must be a range of {seq} consecutive non-negative ints, "
+                f"got {positions}"
+            )
+        return positions
     if not isinstance(positions, torch.Tensor):
         positions = torch.as_tensor(positions)
-    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
         raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
     if positions.dim() == 1:
         positions = positions.unsqueeze(0)  # (1, seq)
@@ -183,9 +269,45 @@ def as_positions(
             f"positions must have shape (seq,) or (batch, seq) = ({batch}, {seq}), "
             f"got {tuple(positions.shape)}"
         )
-    if positions.numel() and int(positions.min()) < 0:
+    if not torch.compiler.is_compiling() and positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
-    return positions.to(device=device, dtype=torch.long)
+    return positions.long()
+
+
+def position_tensor(positions, device=None) -> torch.Tensor:
+    """The positions a hook received, as an int64 tensor ``(batch|1, seq)``.
+
+    Hooks receive either a tensor or a ``range``; this is the one line an encoding needs
+    when it does not care which.
+
+    Parameters
+    ----------
+    positions : torch.Tensor or range
+        As passed to a hook.
+    device : torch.device, optional
+        Where to put a tensor made from a ``range`` (a tensor is moved there too).
+
+    Returns
+    -------
+    torch.Tensor
+        Int64 ``(batch|1, seq)``.
+
+    Examples
+    --------
+    >>> from posenc.torch import position_tensor
+    >>> position_tensor(range(3, 6))
+    tensor([[3, 4, 5]])
+    """
+    if isinstance(positions, range):
+        return torch.arange(positions.start, positions.stop, device=device)[None]
+    return positions if device is None else positions.to(device)
+
+
+def max_position(positions) -> int:
+    """Largest position (``-1`` if empty): static for a ``range``, read from a tensor."""
+    if isinstance(positions, range):
+        return positions.stop - 1
+    return int(positions.max()) if positions.numel() else -1
 
 
 def check_encoding(encoding) -> PositionalEncoding:

@@ -6,30 +6,34 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import MultiHeadAttention
-from posenc.torch.base import PositionalEncoding, as_positions, check_encoding
+from posenc.torch.attention import MultiHeadAttention, _new_cache, plan, share_encoding
+from posenc.torch.base import PositionalEncoding, check_encoding
+from posenc.torch.cache import KVCache
 
 __all__ = ["TransformerLM"]
 
 
 class _Block(nn.Module):
-    def __init__(self, dim, heads, encoding, causal):
+    def __init__(self, dim, heads, kv_heads, bias, encoding, causal):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, heads, encoding=encoding, causal=causal)
+        self.attn = MultiHeadAttention(dim, heads, kv_heads=kv_heads, bias=bias, causal=causal)
+        share_encoding(self.attn, encoding)  # the model owns it: one state_dict entry
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def forward(self, x, positions, padding_mask):  # x: (batch, seq, dim)
-        x = x + self.attn(self.norm1(x), positions, padding_mask)
+    def forward(self, x, step, layer):  # x: (batch, seq, dim)
+        x = x + self.attn.attend_step(self.norm1(x), step, layer)
         return x + self.mlp(self.norm2(x))
 
 
 class TransformerLM(nn.Module):
     """Decoder-only transformer: embeddings, ``depth`` pre-norm blocks, a linear head.
 
-    One encoding object serves the whole model: its input hook runs once on the token
-    embeddings, its query/key and score hooks in every attention layer.
+    One encoding object serves the whole model and is owned by it (``lm.encoding``, one
+    entry per parameter in ``state_dict``): its input hook runs once on the token
+    embeddings, its query/key and score hooks in every attention layer. Each step's
+    positions and attention mask are computed once and shared by all layers.
 
     Parameters
     ----------
@@ -40,24 +44,29 @@ class TransformerLM(nn.Module):
     depth : int
         Number of blocks.
     heads : int
-        Attention heads per block.
+        Query heads per block.
     encoding : PositionalEncoding
         Where and how position enters (:class:`~posenc.torch.NoPE` for none).
+    kv_heads : int, optional
+        Key/value heads per block (grouped-query attention); default ``heads``.
+    bias : bool
+        Bias in the attention projections.
     max_len : int, optional
-        If given, longer inputs raise :class:`ValueError`.
+        If given, longer sequences (cache included) raise :class:`ValueError`.
     causal : bool
         Causal self-attention (default) or bidirectional.
 
     Examples
     --------
     >>> import torch
-    >>> from posenc.torch import SinusoidalEncoding, TransformerLM
+    >>> from posenc.torch import RotaryEmbedding, TransformerLM
     >>> _ = torch.manual_seed(0)
-    >>> lm = TransformerLM(10, 16, 1, 2, encoding=SinusoidalEncoding(16, max_len=64))
+    >>> lm = TransformerLM(10, 16, 1, 4, kv_heads=2, encoding=RotaryEmbedding(4, max_len=64))
     >>> lm(torch.tensor([[1, 2, 3]])).shape
     torch.Size([1, 3, 10])
-    >>> lm.generate(torch.tensor([[1, 2, 3]]), 4).shape
-    torch.Size([1, 7])
+    >>> out = lm.generate(torch.tensor([[1, 2, 3]]), 4)  # one token per step, KV cache
+    >>> out.shape, bool((out == lm.generate(torch.tensor([[1, 2, 3]]), 4, use_cache=False)).all())
+    (torch.Size([1, 7]), True)
     """
 
     def __init__(
@@ -68,35 +77,56 @@ class TransformerLM(nn.Module):
         heads: int,
         *,
         encoding: PositionalEncoding,
+        kv_heads: int | None = None,
+        bias: bool = False,
         max_len: int | None = None,
         causal: bool = True,
     ):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=1)
-        check_int("depth", depth, minimum=1)
+        self.depth = check_int("depth", depth, minimum=1)
         self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
+        self.causal = bool(causal)
         self.encoding = check_encoding(encoding)
         self.embed = nn.Embedding(vocab_size, dim)
-        self.blocks = nn.ModuleList(_Block(dim, heads, encoding, causal) for _ in range(depth))
+        self.blocks = nn.ModuleList(
+            _Block(dim, heads, kv_heads, bias, encoding, causal) for _ in range(depth)
+        )
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
 
-    def forward(
-        self,
-        idx: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        padding_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits for every position.
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        """An empty :class:`~posenc.torch.KVCache` for every layer, in the model's dtype and device.
+
+        Parameters
+        ----------
+        batch : int
+            Batch size of the calls that will use it.
+        max_len : int
+            Capacity in tokens (prompt plus generated).
+
+        Returns
+        -------
+        KVCache
+            Pass it as ``cache=`` to :meth:`forward`.
+        """
+        return _new_cache(self, self.depth, batch, max_len)
+
+    def forward(self, idx, positions=None, padding_mask=None, *, cache=None):
+        """Logits for every new token.
 
         Parameters
         ----------
         idx : torch.Tensor
             Token ids, int64 ``(batch, seq)``.
-        positions : torch.Tensor, optional
-            Int positions ``(seq,)`` or ``(batch, seq)``; default ``0 .. seq - 1``.
+        positions : torch.Tensor or range, optional
+            Int positions ``(seq,)`` or ``(batch, seq)``. Default ``0 .. seq - 1``, or with a
+            cache: one past each row's last cached position.
         padding_mask : torch.Tensor, optional
-            Bool ``(batch, seq)``, ``True`` for real tokens.
+            Bool ``(batch, seq)``, ``True`` for real tokens; remembered by the cache.
+        cache : KVCache, optional
+            From :meth:`new_cache`; this call's keys and values are appended to it, and the
+            tokens attend to everything it holds.
 
         Returns
         -------
@@ -106,24 +136,35 @@ class TransformerLM(nn.Module):
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (batch, seq), got {tuple(idx.shape)}")
         b, n = idx.shape
-        if self.max_len is not None and n > self.max_len:
-            raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {n}")
-        pos = as_positions(positions, b, n, device=idx.device)  # (b or 1, n)
-        x = self.encoding.encode_input(self.embed(idx), pos)  # (b, n, dim)
-        for block in self.blocks:
-            x = block(x, pos, padding_mask)  # (b, n, dim)
+        total = n + (0 if cache is None else cache.length)
+        if self.max_len is not None and total > self.max_len:
+            raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
+        x = self.embed(idx)  # (b, n, dim)
+        step = plan(
+            self.encoding, b, n, positions, padding_mask, cache,
+            causal=self.causal, dtype=x.dtype, device=x.device,
+        )  # fmt: skip
+        x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, step, layer)  # (b, n, dim)
         return self.head(self.norm(x))  # (b, n, vocab)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    def generate(self, idx, max_new_tokens, *, use_cache=True, padding_mask=None):
         """Greedy decoding: append the most likely token ``max_new_tokens`` times.
 
         Parameters
         ----------
         idx : torch.Tensor
-            Prompt token ids, int64 ``(batch, seq)``.
+            Prompt token ids, int64 ``(batch, seq)``; left-pad rows of different lengths.
         max_new_tokens : int
             How many tokens to append.
+        use_cache : bool
+            With a KV cache (default), one forward of one token per step; without, the
+            whole sequence is re-run every step (for comparison).
+        padding_mask : torch.Tensor, optional
+            Bool ``(batch, seq)``, ``False`` on the left padding of the prompt; each row's
+            positions then start at 0 on its first real token.
 
         Returns
         -------
@@ -131,7 +172,26 @@ class TransformerLM(nn.Module):
             Shape ``(batch, seq + max_new_tokens)``.
         """
         check_int("max_new_tokens", max_new_tokens, minimum=0)
-        for _ in range(max_new_tokens):
-            nxt = self(idx)[:, -1].argmax(-1, keepdim=True)  # (batch, 1)
-            idx = torch.cat([idx, nxt], dim=1)
-        return idx
+        b, n = idx.shape
+        positions = None
+        if padding_mask is not None:
+            positions = (padding_mask.long().cumsum(1) - 1).clamp(min=0)  # (b, n)
+        if max_new_tokens == 0:
+            return idx
+        if not use_cache:
+            for _ in range(max_new_tokens):
+                nxt = self(idx, positions, padding_mask)[:, -1].argmax(-1, keepdim=True)
+                idx = torch.cat([idx, nxt], dim=1)  # (b, n + 1)
+                if padding_mask is not None:
+                    padding_mask = torch.cat([padding_mask, torch.ones_like(nxt, dtype=torch.bool)], 1)
+                    positions = torch.cat([positions, positions[:, -1:] + 1], 1)
+            return idx
+        cache = self.new_cache(b, n + max_new_tokens)
+        logits = self(idx, positions, padding_mask, cache=cache)  # (b, n, vocab)
+        out = [idx]
+        for i in range(max_new_tokens):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)  # (b, 1)
+            out.append(nxt)
+            if i + 1 < max_new_tokens:
+                logits = self(nxt, cache=cache)  # (b, 1, vocab): one token per step
+        return torch.cat(out, dim=1)  # (b, n + max_new_tokens)

@@ -1,9 +1,10 @@
 """RoPE in torch: a functional ``apply_rope`` and the ``RotaryEmbedding`` encoding (queries/keys).
 
-Angles are computed in float64 from integer positions and only then rounded: cos/sin
-are float32 (float64 for float64 inputs), so bfloat16/float16 inputs never see angles
-computed in low precision. Shape legend: ``x``, ``q``, ``k`` are
-``(batch, heads, seq, head_dim)``; positions ``(seq,)`` or ``(batch, seq)``.
+Angles are computed in float64 from integer positions and only then rounded: the cos/sin
+tables are float32 (float64 for float64 inputs) whatever the module's or the input's dtype,
+the rotation is computed in that precision and the result rounded once to the input's
+dtype. Shape legend: ``q`` is ``(batch, heads, seq, head_dim)``, ``k`` is
+``(batch, kv_heads, seq, head_dim)``; positions ``(seq,)`` or ``(batch, seq)``.
 """
 
 from __future__ import annotations
@@ -13,14 +14,8 @@ import torch
 import posenc
 from posenc._checks import check_int
 from posenc.rotary import PAIRINGS
-from posenc.torch._rope_kernels import (
-    _check_out,
-    _complex_mul,
-    _complex_view_ok,
-    _cos_sin,
-    _rotate,
-)
-from posenc.torch.base import PositionalEncoding, as_positions
+from posenc.torch._rope_kernels import cos_sin, rotate
+from posenc.torch.base import PositionalEncoding, max_position, position_arg, position_tensor
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
 
@@ -31,14 +26,17 @@ def _check_pairing(pairing):
     return pairing
 
 
-def _tables_for(positions, head_dim, base, scaling, rotary_dim, seq_len, dtype):
-    """cos, sin ``(b|1, seq, r // 2)`` computed now; ``seq_len`` defaults to max position + 1."""
-    if seq_len is None:
-        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+def _table_now(positions, device, head_dim, base, scaling, rotary_dim, seq_len, dtype):
+    """``[cos, sin]`` ``(b|1, seq, r // 2, 2)`` computed now from float64 angles."""
     inv, scale = posenc.rope_frequencies(
         head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim, seq_len=seq_len
     )
-    return _cos_sin(positions, torch.from_numpy(inv).to(positions.device), scale, dtype)
+    pos = position_tensor(positions, device)  # (b|1, seq)
+    return cos_sin(pos, torch.from_numpy(inv).to(device), scale, dtype)
+
+
+def _table_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def apply_rope(
@@ -60,7 +58,7 @@ def apply_rope(
     ----------
     x : torch.Tensor
         Queries or keys, ``(batch, heads, seq, head_dim)``.
-    positions : torch.Tensor, optional
+    positions : torch.Tensor or range, optional
         Int positions ``(seq,)`` or ``(batch, seq)`` (per row, e.g. left padding or a KV
         cache offset); default ``0 .. seq - 1``.
     base : float
@@ -75,12 +73,19 @@ def apply_rope(
         Length fed to length-dependent scalings; default ``max(positions) + 1``.
     out : torch.Tensor, optional
         Preallocated result (same shape and dtype as ``x``, not overlapping it). Reusing
-        one buffer avoids allocating (and page-faulting) a fresh output every call.
+        one buffer avoids allocating (and page-faulting) a fresh output every call. Plain
+        eager inference only (``ValueError`` under autograd, ``torch.compile`` or ``torch.func``).
 
     Returns
     -------
     torch.Tensor
         Same shape and dtype as ``x`` (``out`` if given).
+
+    Notes
+    -----
+    Differentiable, and composable with ``torch.compile``, ``torch.func.vmap``, ``grad``
+    and ``jacfwd``: those use a plain tensor expression, while eager inference uses
+    allocation-free kernels. bfloat16/float16 inputs are rotated in float32 and rounded once.
 
     Examples
     --------
@@ -92,18 +97,24 @@ def apply_rope(
     if x.dim() != 4:
         raise ValueError(f"x must have shape (batch, heads, seq, head_dim), got {tuple(x.shape)}")
     _check_pairing(pairing)
-    pos = as_positions(positions, x.shape[0], x.shape[2], device=x.device)  # (b|1, seq)
-    cos, sin = _tables_for(pos, x.shape[-1], base, scaling, rotary_dim, seq_len, x.dtype)
-    return _rotate(x, cos[:, None], sin[:, None], pairing, out)  # cos: (b|1, 1, seq, r // 2)
+    pos = position_arg(positions, x.shape[0], x.shape[2])  # range or (b|1, seq)
+    if seq_len is None:
+        seq_len = max_position(pos) + 1
+    args = (x.device, x.shape[-1], base, scaling, rotary_dim, seq_len, _table_dtype(x.dtype))
+    cs = _table_now(pos, *args)  # (b|1, seq, r // 2, 2)
+    return rotate(x, cs[:, None], pairing, out=out)  # cs broadcast over heads
 
 
 class RotaryEmbedding(PositionalEncoding):
     """RoPE as an encoding of the attention core: rotates queries and keys.
 
-    cos/sin tables for positions ``0 .. max_len - 1`` are computed once (float64 angles,
-    stored as float32 non-persistent buffers) and gathered by position at run time.
-    Length-dependent scalings (``DynamicNTK``, ``LongRoPE``) are recomputed per call
-    from the largest position instead.
+    The ``[cos, sin]`` table for positions ``0 .. max_len - 1`` (float64 angles, stored
+    float32) is derived state: a non-persistent buffer, never in ``state_dict``, rebuilt
+    exactly after ``.to()``, ``.half()``, device moves and ``to_empty()``, and sliced
+    (default positions) or gathered (explicit ones) at run time. float64 inputs get
+    float64 tables computed on the fly. Length-dependent scalings (``DynamicNTK``,
+    ``LongRoPE``) are recomputed per call from the largest position, for queries and keys
+    alike, and so a KV cache keeps raw keys for them (:attr:`caches_encoded_keys`).
 
     Parameters
     ----------
@@ -125,11 +136,13 @@ class RotaryEmbedding(PositionalEncoding):
     >>> import torch
     >>> from posenc.torch import RotaryEmbedding
     >>> rope = RotaryEmbedding(8, max_len=16)
-    >>> q = k = torch.ones(1, 2, 3, 8)
-    >>> qr, kr = rope.rope(q, k)
-    >>> qr.shape, rope.places
-    (torch.Size([1, 2, 3, 8]), ('qk',))
+    >>> q, k = torch.ones(1, 4, 3, 8), torch.ones(1, 2, 3, 8)  # 4 query heads, 2 key heads
+    >>> qr, kr = rope(q, k)
+    >>> qr.shape, kr.shape, rope.places
+    (torch.Size([1, 4, 3, 8]), torch.Size([1, 2, 3, 8]), ('qk',))
     """
+
+    _DERIVED = ("cos_sin",)
 
     def __init__(
         self,
@@ -144,35 +157,60 @@ class RotaryEmbedding(PositionalEncoding):
         super().__init__()
         self.pairing = _check_pairing(pairing)
         self.max_len = check_int("max_len", max_len, minimum=1)
-        self.head_dim, self.base, self.scaling = head_dim, base, scaling
         inv, self.scale = posenc.rope_frequencies(
             head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim
-        )
+        )  # validates head_dim, base, scaling, rotary_dim
+        self.head_dim, self.base, self.scaling = int(head_dim), float(base), scaling
         self.rotary_dim = 2 * inv.shape[0]
         self.dynamic = bool(getattr(scaling, "length_dependent", False))
-        cos, sin = _cos_sin(
-            torch.arange(self.max_len), torch.from_numpy(inv), self.scale, torch.float32
-        )  # (max_len, rotary_dim // 2) each
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
-        if self.pairing == "interleaved":  # the complex form used by the fast kernels
-            self.register_buffer("cis", torch.complex(cos, sin), persistent=False)
+        self._register_derived()
 
-    def _tables(self, positions, seq, dtype):
-        """cos, sin ``(b|1, seq, r // 2)`` for int positions ``(b|1, seq)`` (None: 0 .. seq-1)."""
+    @property
+    def caches_encoded_keys(self) -> bool:
+        """False for length-dependent scalings: keys are re-rotated with each step's table."""
+        return not self.dynamic
+
+    def _derived_tensors(self):
         if self.dynamic:
-            pos = (
-                torch.arange(seq, device=self.cos.device)[None] if positions is None else positions
-            )
-            return _tables_for(
-                pos, self.head_dim, self.base, self.scaling, self.rotary_dim, None, dtype
-            )
-        last = seq - 1 if positions is None else (int(positions.max()) if positions.numel() else 0)
-        if last >= self.max_len:
-            raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
-        if positions is None:  # the common case: a slice, no gather
-            return self.cos[None, :seq].to(dtype), self.sin[None, :seq].to(dtype)
-        return self.cos[positions].to(dtype), self.sin[positions].to(dtype)
+            return {}
+        pos = torch.arange(self.max_len, device="cpu")
+        args = (self.head_dim, self.base, self.scaling, self.rotary_dim, None, torch.float32)
+        return {"cos_sin": _table_now(pos, "cpu", *args)}  # (max_len, r // 2, 2)
+
+    def table(self, positions, dtype=torch.float32, *, seq_len=None):
+        """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
+
+        Parameters
+        ----------
+        positions : torch.Tensor or range
+            Int64 ``(b|1, seq)`` or a ``range``.
+        dtype : torch.dtype
+            Dtype of the tensors to rotate; the table is float64 for float64, else float32.
+        seq_len : int, optional
+            Length fed to a length-dependent scaling; default ``max(positions) + 1``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``cs`` with ``cs[..., 0] = s cos(p theta_j)`` and ``cs[..., 1] = s sin(p theta_j)``.
+        """
+        is_range = isinstance(positions, range)
+        if is_range or not torch.compiler.is_compiling():
+            last = max_position(positions)
+            if last >= self.max_len:
+                raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
+        device = self._device()
+        if self.dynamic or dtype == torch.float64:
+            if seq_len is None:
+                seq_len = max_position(positions) + 1
+            args = (self.head_dim, self.base, self.scaling, self.rotary_dim)
+            return _table_now(positions, device, *args, seq_len, _table_dtype(dtype))
+        if is_range:  # contiguous positions: a slice of the table, no gather
+            return self.cos_sin[positions.start : positions.stop][None]
+        return self.cos_sin[positions.to(device)]
+
+    def _device(self):
+        return self.cos_sin.device if "cos_sin" in self._buffers else torch.device("cpu")
 
     def _check(self, q, k):
         for name, t in (("q", q), ("k", k)):
@@ -181,24 +219,27 @@ class RotaryEmbedding(PositionalEncoding):
                     f"{name} must have shape (batch, heads, seq, head_dim="
                     f"{self.head_dim}), got {tuple(t.shape)}"
                 )
-        if q.shape[:2] != k.shape[:2]:
+        if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
             raise ValueError(
-                f"q and k must share (batch, heads), got {tuple(q.shape)} and {tuple(k.shape)}"
+                "q and k must share batch and k's heads must divide q's, got "
+                f"{tuple(q.shape)} and {tuple(k.shape)}"
             )
 
-    def encode_qk(self, q, k, q_positions, k_positions):
-        """Rotate ``q`` and ``k`` (``(batch, heads, seq, head_dim)``) by their positions.
+    def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
+        """Rotate ``q`` and ``k`` by their positions (``k`` may have fewer heads).
 
         Parameters
         ----------
         q : torch.Tensor
             Queries, ``(batch, heads, seq_q, head_dim)``.
         k : torch.Tensor
-            Keys, ``(batch, heads, seq_k, head_dim)``.
-        q_positions : torch.Tensor
-            Int64 ``(batch|1, seq_q)``.
-        k_positions : torch.Tensor
-            Int64 ``(batch|1, seq_k)``.
+            Keys, ``(batch, kv_heads, seq_k, head_dim)``.
+        q_positions : torch.Tensor or range
+            Int64 ``(batch|1, seq_q)`` or a ``range``.
+        k_positions : torch.Tensor or range
+            Int64 ``(batch|1, seq_k)`` or a ``range``.
+        inplace : bool
+            Write the rotation into ``q`` and ``k`` (plain eager inference only).
 
         Returns
         -------
@@ -208,26 +249,58 @@ class RotaryEmbedding(PositionalEncoding):
             Rotated keys.
         """
         self._check(q, k)
-        cos, sin = self._tables(q_positions, q.shape[2], q.dtype)  # (b|1, seq_q, r // 2)
-        q = _rotate(q, cos[:, None], sin[:, None], self.pairing)
-        if k_positions is not q_positions:
-            cos, sin = self._tables(k_positions, k.shape[2], k.dtype)  # (b|1, seq_k, r // 2)
-        return q, _rotate(k, cos[:, None], sin[:, None], self.pairing)
+        same = q_positions is k_positions or (
+            isinstance(q_positions, range) and q_positions == k_positions
+        )
+        seq_len = None
+        if self.dynamic:  # one length for queries and keys: the last position seen + 1
+            seq_len = max(max_position(q_positions), max_position(k_positions)) + 1
+        cs = self.table(q_positions, q.dtype, seq_len=seq_len)  # (b|1, seq_q, r // 2, 2)
+        q = rotate(q, cs[:, None], self.pairing, inplace=inplace)
+        if not same:
+            cs = self.table(k_positions, k.dtype, seq_len=seq_len)  # (b|1, seq_k, r // 2, 2)
+        return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
 
-    def rope(self, q, k, positions=None, *, out=None):
-        """Rotate ``q`` and ``k`` that share positions (``(seq,)`` or ``(batch, seq)``).
+    def forward(self, q, k, positions=None):
+        """Rotate ``q`` and ``k`` that share positions; returns the rotated pair.
 
         Parameters
         ----------
         q : torch.Tensor
             Queries, ``(batch, heads, seq, head_dim)``.
         k : torch.Tensor
-            Keys, same shape as ``q``.
-        positions : torch.Tensor, optional
-            Default ``0 .. seq - 1`` (read from the cache without a gather).
+            Keys, ``(batch, kv_heads, seq, head_dim)``.
+        positions : torch.Tensor or range, optional
+            ``(seq,)`` or ``(batch, seq)``; default ``0 .. seq - 1``.
+
+        Returns
+        -------
+        q : torch.Tensor
+            Rotated queries, new tensor.
+        k : torch.Tensor
+            Rotated keys, new tensor.
+        """
+        if q.dim() != 4 or k.dim() != 4 or q.shape[2] != k.shape[2]:
+            raise ValueError(
+                f"q and k must be 4-D with the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        pos = position_arg(positions, q.shape[0], q.shape[2])
+        return self.encode_qk(q, k, pos, pos)
+
+    def rope(self, q, k, positions=None, *, out=None):
+        """Rotate ``q`` and ``k`` that share positions, optionally into preallocated buffers.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries, ``(batch, heads, seq, head_dim)``.
+        k : torch.Tensor
+            Keys, ``(batch, kv_heads, seq, head_dim)``.
+        positions : torch.Tensor or range, optional
+            Default ``0 .. seq - 1`` (a slice of the table, no gather).
         out : tuple of torch.Tensor, optional
-            Preallocated ``(q_out, k_out)``, each shaped like ``q`` and not overlapping the
-            inputs: the allocation-free path for inference loops.
+            Preallocated ``(q_out, k_out)`` shaped like ``q`` and ``k`` and not overlapping
+            the inputs: the allocation-free path for inference loops (eager, no autograd).
 
         Returns
         -------
@@ -236,45 +309,20 @@ class RotaryEmbedding(PositionalEncoding):
         k : torch.Tensor
             Rotated keys.
         """
-        if q.shape != k.shape:
-            raise ValueError(
-                f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}"
-            )
         self._check(q, k)
-        if positions is not None:
-            positions = as_positions(positions, q.shape[0], q.shape[2], device=q.device)
+        if q.shape[2] != k.shape[2]:
+            raise ValueError(
+                f"q and k must have the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        pos = position_arg(positions, q.shape[0], q.shape[2])
         q_out, k_out = (None, None) if out is None else out
         if out is not None and {q_out.data_ptr(), k_out.data_ptr()} & {q.data_ptr(), k.data_ptr()}:
             raise ValueError("out must not share memory with the input")
-        training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-        if positions is None and self.pairing == "interleaved" and not (self.dynamic or training):
-            fast = self._rope_complex(q, k, q_out, k_out)
-            if fast is not None:
-                return fast
-        cos, sin = self._tables(positions, q.shape[2], q.dtype)  # (b|1, seq, r // 2)
-        cos, sin = cos[:, None], sin[:, None]  # (b|1, 1, seq, r // 2)
-        cis = None
-        if positions is None and not self.dynamic and self.pairing == "interleaved":
-            cis = self.cis[None, None, : q.shape[2]]  # (1, 1, seq, r // 2), cached
+        cs = self.table(pos, q.dtype)[:, None]  # (b|1, 1, seq, r // 2, 2)
         return (
-            _rotate(q, cos, sin, self.pairing, q_out, cis),
-            _rotate(k, cos, sin, self.pairing, k_out, cis),
+            rotate(q, cs, self.pairing, out=q_out),
+            rotate(k, cs, self.pairing, out=k_out),
         )
-
-    def _rope_complex(self, q, k, q_out, k_out):
-        """Shortcut of ``_rotate`` for default positions, interleaved float32/64, full width:
-        the cached complex table and nothing else (saves the per-call table slicing)."""
-        seq, h = q.shape[2], self.rotary_dim // 2
-        if self.rotary_dim != self.head_dim or seq > self.max_len:
-            return None
-        q_out = torch.empty_like(q) if q_out is None else _check_out(q, q_out)
-        k_out = torch.empty_like(k) if k_out is None else _check_out(k, k_out)
-        if not all(map(_complex_view_ok, (q, k, q_out, k_out))):
-            return None
-        cis = self.cis[:seq]  # (seq, r // 2)
-        _complex_mul(q, q_out, cis, h)
-        _complex_mul(k, k_out, cis, h)
-        return q_out, k_out
 
     def extra_repr(self):
         return (

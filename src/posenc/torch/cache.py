@@ -1,0 +1,142 @@
+"""A preallocated key/value cache for decoding, shared by the layers of one model.
+
+Shape legend: keys ``(batch, kv_heads, max_len, key_dim)``, values
+``(batch, kv_heads, max_len, head_dim)``; ``positions`` int64 and ``valid`` bool, both
+``(batch, max_len)``, are shared by every layer: the positions the tokens were encoded
+at, and which cached tokens are real (``False`` for padding).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc._checks import check_int
+from posenc.torch.base import position_arg
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Keys and values of every attention layer, appended to one step at a time.
+
+    Build one with :meth:`TransformerLM.new_cache <posenc.torch.TransformerLM.new_cache>`
+    or :meth:`MultiHeadAttention.new_cache <posenc.torch.MultiHeadAttention.new_cache>`
+    and pass it as ``cache=`` to their forward: every call appends its tokens. Keys are
+    stored after the encoding's query/key hook unless the encoding says otherwise
+    (:attr:`~posenc.torch.PositionalEncoding.caches_encoded_keys`).
+
+    Parameters
+    ----------
+    layers : int
+        Number of attention layers.
+    batch : int
+        Batch size; every call must use it.
+    max_len : int
+        Capacity in tokens; appending past it raises :class:`ValueError`.
+    kv_heads : int
+        Key/value heads per layer.
+    key_dim : int
+        Width of a cached key (the encoding's ``qk_dim``).
+    value_dim : int
+        Width of a cached value (``head_dim``).
+    dtype : torch.dtype, optional
+        Dtype of keys and values (default: torch's default dtype).
+    device : torch.device, optional
+        Where the buffers live.
+
+    Attributes
+    ----------
+    keys, values : list of torch.Tensor
+        One buffer per layer; the first :attr:`length` slots along dim 2 are filled.
+    positions : torch.Tensor
+        Int64 ``(batch, max_len)``: the position each cached token was encoded at.
+    valid : torch.Tensor
+        Bool ``(batch, max_len)``: ``False`` where a cached token is padding.
+    length : int
+        Number of filled slots.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import KVCache
+    >>> cache = KVCache(layers=2, batch=1, max_len=8, kv_heads=2, key_dim=4, value_dim=4)
+    >>> cache.keys[0].shape, len(cache)
+    (torch.Size([1, 2, 8, 4]), 0)
+    """
+
+    def __init__(
+        self, *, layers, batch, max_len, kv_heads, key_dim, value_dim, dtype=None, device=None
+    ):
+        layers = check_int("layers", layers, minimum=1)
+        self.batch = check_int("batch", batch, minimum=1)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        kv_heads = check_int("kv_heads", kv_heads, minimum=1)
+        key_dim = check_int("key_dim", key_dim, minimum=1)
+        value_dim = check_int("value_dim", value_dim, minimum=1)
+        kw = {"dtype": dtype, "device": device}
+        self.keys = [torch.zeros(batch, kv_heads, max_len, key_dim, **kw) for _ in range(layers)]
+        self.values = [
+            torch.zeros(batch, kv_heads, max_len, value_dim, **kw) for _ in range(layers)
+        ]
+        self.positions = torch.zeros(batch, max_len, dtype=torch.long, device=device)
+        self.valid = torch.ones(batch, max_len, dtype=torch.bool, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the cache (the buffers are kept)."""
+        self.length = 0
+        self.padded = False  # was a padding mask ever given?
+        self.contiguous = True  # are the positions 0 .. length - 1 in every row?
+        self.valid.fill_(True)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _begin(self, positions, padding_mask, batch, n):
+        """Reserve ``n`` slots for a new step and record its positions and padding.
+
+        Returns ``(start, q_positions, k_positions, key_valid)``: the first new slot, the
+        positions of the new tokens and of every cached token (each a ``range`` while the
+        cache is contiguous, else an int64 tensor), and the validity of every cached
+        token (``None`` while no padding was ever given).
+        """
+        if batch != self.batch:
+            raise ValueError(f"batch must be {self.batch} (the cache's), got {batch}")
+        start, stop = self.length, self.length + n
+        if stop > self.max_len:
+            raise ValueError(
+                f"cache is full: max_len={self.max_len}, holds {start} tokens, got {n} more"
+            )
+        if positions is None and self.contiguous:
+            q_pos = range(start, stop)
+        elif positions is None:  # continue every row after its own last position
+            last = self.positions[:, :start].max(dim=1, keepdim=True).values  # (batch, 1)
+            q_pos = last + 1 + torch.arange(n, device=last.device)  # (batch, n)
+        else:
+            q_pos = position_arg(positions, batch, n)
+        if not (isinstance(q_pos, range) and q_pos.start == start):
+            self.contiguous = False
+        if isinstance(q_pos, range):
+            self.positions[:, start:stop] = torch.arange(start, stop, device=self.positions.device)
+        else:
+            self.positions[:, start:stop] = q_pos.to(self.positions.device)
+        if padding_mask is not None:
+            self.valid[:, start:stop] = padding_mask.to(self.valid.device)
+            self.padded = True
+        self.length = stop
+        k_pos = range(stop) if self.contiguous else self.positions[:, :stop]
+        key_valid = self.valid[:, :stop] if self.padded else None
+        return start, q_pos, k_pos, key_valid
+
+    def _store(self, layer, start, k, v):
+        """Write ``k``, ``v`` ``(batch, kv_heads, n, ·)`` at ``start``; return every cached one."""
+        keys, values = self.keys[layer], self.values[layer]
+        stop = start + k.shape[2]
+        if k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]:
+            raise ValueError(
+                f"keys must have shape (batch, kv_heads, n, key_dim) = "
+                f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
+            )
+        keys[:, :, start:stop] = k
+        values[:, :, start:stop] = v
+        return keys[:, :, :stop], values[:, :, :stop]  # (batch, kv_heads, stop, ·)
