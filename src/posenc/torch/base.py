@@ -198,6 +198,23 @@ class NoPE(PositionalEncoding):
     ()
     """
 
+    def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:
+        """Return ``x`` unchanged (there is no position to add).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Embeddings ``(batch, seq, dim)``.
+        positions : torch.Tensor or range, optional
+            Ignored.
+
+        Returns
+        -------
+        torch.Tensor
+            ``x`` itself.
+        """
+        return x
+
 
 def as_positions(positions, batch: int, seq: int, *, device=None) -> torch.Tensor:
     """Validate positions and return them as an int64 tensor of shape (batch or 1, seq).

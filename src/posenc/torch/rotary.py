@@ -26,13 +26,51 @@ def _check_pairing(pairing):
     return pairing
 
 
-def _table_now(positions, device, head_dim, base, scaling, rotary_dim, seq_len, dtype):
-    """``[cos, sin]`` ``(b|1, seq, r // 2, 2)`` computed now from float64 angles."""
+# Tables computed now (length-dependent scalings, float64 inputs, apply_rope) come from
+# the NumPy frequencies through a custom op: opaque to torch.compile (no graph break, no
+# tracing into NumPy), and it reads the length from a tensor inside, so explicit positions
+# compile too. Each (head_dim, base, scaling, rotary_dim) gets an int key.
+_PARAMS: list = []
+
+
+def _key(head_dim, base, scaling, rotary_dim) -> int:
+    params = (head_dim, base, scaling, rotary_dim)
+    if params not in _PARAMS:  # new: validate once (raises ValueError naming the argument)
+        posenc.rope_frequencies(head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim)
+        _PARAMS.append(params)
+    return _PARAMS.index(params)
+
+
+@torch.library.custom_op("posenc::rope_table", mutates_args=())
+def _rope_table(
+    positions: torch.Tensor, length_from: torch.Tensor, key: int, double: bool
+) -> torch.Tensor:
+    head_dim, base, scaling, rotary_dim = _PARAMS[key]
+    seq_len = int(length_from.max()) + 1 if length_from.numel() else 0
     inv, scale = posenc.rope_frequencies(
         head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim, seq_len=seq_len
     )
+    inv = torch.from_numpy(inv).to(positions.device)
+    return cos_sin(positions, inv, scale, torch.float64 if double else torch.float32)
+
+
+@_rope_table.register_fake
+def _(positions, length_from, key, double):
+    head_dim, _, _, rotary_dim = _PARAMS[key]
+    r = head_dim if rotary_dim is None else rotary_dim
+    dtype = torch.float64 if double else torch.float32
+    return positions.new_empty(*positions.shape, r // 2, 2, dtype=dtype)
+
+
+def _table_now(positions, length_from, device, key, dtype):
+    """``[cos, sin]`` ``(b|1, seq, r // 2, 2)`` computed now from float64 angles.
+
+    ``length_from``: positions whose maximum + 1 is the length fed to a length-dependent
+    scaling (all the keys of the step).
+    """
     pos = position_tensor(positions, device)  # (b|1, seq)
-    return cos_sin(pos, torch.from_numpy(inv).to(device), scale, dtype)
+    length = position_tensor(length_from, device)
+    return _rope_table(pos, length, key, dtype == torch.float64)
 
 
 def _table_dtype(dtype):
@@ -97,11 +135,13 @@ def apply_rope(
     if x.dim() != 4:
         raise ValueError(f"x must have shape (batch, heads, seq, head_dim), got {tuple(x.shape)}")
     _check_pairing(pairing)
+    key = _key(x.shape[-1], base, scaling, rotary_dim)
     pos = position_arg(positions, x.shape[0], x.shape[2])  # range or (b|1, seq)
-    if seq_len is None:
-        seq_len = max_position(pos) + 1
-    args = (x.device, x.shape[-1], base, scaling, rotary_dim, seq_len, _table_dtype(x.dtype))
-    cs = _table_now(pos, *args)  # (b|1, seq, r // 2, 2)
+    length_from = pos
+    if seq_len is not None:  # a length given: the table reads max + 1 = seq_len
+        seq_len = check_int("seq_len", seq_len, minimum=1)
+        length_from = range(seq_len - 1, seq_len)
+    cs = _table_now(pos, length_from, x.device, key, _table_dtype(x.dtype))  # (b|1, s, r/2, 2)
     return rotate(x, cs[:, None], pairing, out=out)  # cs broadcast over heads
 
 
@@ -163,6 +203,7 @@ class RotaryEmbedding(PositionalEncoding):
         self.head_dim, self.base, self.scaling = int(head_dim), float(base), scaling
         self.rotary_dim = 2 * inv.shape[0]
         self.dynamic = bool(getattr(scaling, "length_dependent", False))
+        self._key = _key(self.head_dim, self.base, scaling, self.rotary_dim)
         self._register_derived()
 
     @property
@@ -174,10 +215,9 @@ class RotaryEmbedding(PositionalEncoding):
         if self.dynamic:
             return {}
         pos = torch.arange(self.max_len, device="cpu")
-        args = (self.head_dim, self.base, self.scaling, self.rotary_dim, None, torch.float32)
-        return {"cos_sin": _table_now(pos, "cpu", *args)}  # (max_len, r // 2, 2)
+        return {"cos_sin": _table_now(pos, pos, "cpu", self._key, torch.float32)}  # (max_len, r//2, 2)
 
-    def table(self, positions, dtype=torch.float32, *, seq_len=None):
+    def table(self, positions, dtype=torch.float32, *, length_from=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
 
         Parameters
@@ -186,8 +226,9 @@ class RotaryEmbedding(PositionalEncoding):
             Int64 ``(b|1, seq)`` or a ``range``.
         dtype : torch.dtype
             Dtype of the tensors to rotate; the table is float64 for float64, else float32.
-        seq_len : int, optional
-            Length fed to a length-dependent scaling; default ``max(positions) + 1``.
+        length_from : torch.Tensor or range, optional
+            Positions whose maximum + 1 is the length fed to a length-dependent scaling
+            (default ``positions``).
 
         Returns
         -------
@@ -201,10 +242,8 @@ class RotaryEmbedding(PositionalEncoding):
                 raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
         device = self._device()
         if self.dynamic or dtype == torch.float64:
-            if seq_len is None:
-                seq_len = max_position(positions) + 1
-            args = (self.head_dim, self.base, self.scaling, self.rotary_dim)
-            return _table_now(positions, device, *args, seq_len, _table_dtype(dtype))
+            length_from = positions if length_from is None else length_from
+            return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
         if is_range:  # contiguous positions: a slice of the table, no gather
             return self.cos_sin[positions.start : positions.stop][None]
         return self.cos_sin[positions.to(device)]
@@ -252,13 +291,15 @@ class RotaryEmbedding(PositionalEncoding):
         same = q_positions is k_positions or (
             isinstance(q_positions, range) and q_positions == k_positions
         )
-        seq_len = None
-        if self.dynamic:  # one length for queries and keys: the last position seen + 1
-            seq_len = max(max_position(q_positions), max_position(k_positions)) + 1
-        cs = self.table(q_positions, q.dtype, seq_len=seq_len)  # (b|1, seq_q, r // 2, 2)
+        length_from = None  # one length for queries and keys: the last position + 1
+        if self.dynamic and not same:
+            length_from = torch.cat(
+                [position_tensor(p, q.device).flatten() for p in (q_positions, k_positions)]
+            )
+        cs = self.table(q_positions, q.dtype, length_from=length_from)  # (b|1, sq, r/2, 2)
         q = rotate(q, cs[:, None], self.pairing, inplace=inplace)
         if not same:
-            cs = self.table(k_positions, k.dtype, seq_len=seq_len)  # (b|1, seq_k, r // 2, 2)
+            cs = self.table(k_positions, k.dtype, length_from=length_from)  # (b|1, sk, r/2, 2)
         return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
 
     def forward(self, q, k, positions=None):

@@ -1,0 +1,77 @@
+"""Plain NumPy (float64) forward passes of MultiHeadAttention and TransformerLM.
+
+Written from the definitions, with the modules' weights, so the torch code is checked
+against something that shares none of its code: attention from ``posenc.attention``,
+RoPE from ``posenc.rope``, the sinusoidal table from ``posenc.sinusoidal``.
+"""
+
+import math
+
+import numpy as np
+
+import posenc
+
+_erf = np.vectorize(math.erf)
+
+
+def _np(t):
+    return None if t is None else t.detach().double().cpu().numpy()
+
+
+def layer_norm(x, ln):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + ln.eps) * _np(ln.weight) + _np(ln.bias)
+
+
+def gelu(x):
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def linear(x, lin):
+    y = x @ _np(lin.weight).T
+    return y if lin.bias is None else y + _np(lin.bias)
+
+
+def mha(attn, x, positions, padding_mask=None, *, rope=None, bias=None, causal=True):
+    """``attn`` on ``x`` (batch, seq, dim); ``positions`` int (batch, seq).
+
+    ``rope``: keyword arguments of :func:`posenc.rope` to rotate q and k with;
+    ``bias``: a function ``(q_pos, k_pos) -> (batch|1, heads|1, seq, seq)`` added to scores.
+    """
+    b, n, _ = x.shape
+    h, kvh, hd = attn.heads, attn.kv_heads, attn.head_dim
+    qkv = linear(x, attn.qkv).reshape(b, n, h + 2 * kvh, hd)
+    q, k, v = qkv[:, :, :h], qkv[:, :, h : h + kvh], qkv[:, :, h + kvh :]
+    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # (b, ·, n, hd)
+    k, v = (np.repeat(t, h // kvh, axis=1) for t in (k, v))  # query head i uses kv i // g
+    if rope is not None:
+        q, k = (posenc.rope(t, positions[:, None, :], **rope) for t in (q, k))
+    allowed = posenc.causal_mask(n) if causal else np.ones((n, n), bool)
+    allowed = np.broadcast_to(allowed, (b, 1, n, n))
+    if padding_mask is not None:
+        allowed = (allowed & padding_mask[:, None, None, :]) | np.eye(n, dtype=bool)
+    scores_bias = None if bias is None else bias(positions, positions)
+    out, _ = posenc.attention(q, k, v, mask=allowed, bias=scores_bias)  # (b, h, n, hd)
+    return linear(out.transpose(0, 2, 1, 3).reshape(b, n, h * hd), attn.out)
+
+
+def lm(model, idx, positions=None, padding_mask=None, *, table=None, rope=None, bias=None):
+    """Logits of ``model`` (a TransformerLM) for ``idx`` (batch, seq), in float64 NumPy.
+
+    ``table``: the absolute table added to the embeddings (rows by position), if any.
+    """
+    idx = np.asarray(idx)
+    b, n = idx.shape
+    positions = np.broadcast_to(np.arange(n), (b, n)) if positions is None else positions
+    x = _np(model.embed.weight)[idx]  # (b, n, dim)
+    if table is not None:
+        x = x + table[positions]
+    for block in model.blocks:
+        x = x + mha(
+            block.attn, layer_norm(x, block.norm1), positions, padding_mask,
+            rope=rope, bias=bias, causal=model.causal,
+        )  # fmt: skip
+        hidden = gelu(linear(layer_norm(x, block.norm2), block.mlp[0]))
+        x = x + linear(hidden, block.mlp[2])
+    return layer_norm(x, model.norm) @ _np(model.head.weight).T  # (b, n, vocab)

@@ -1,0 +1,211 @@
+"""KV cache, grouped-query attention and generation: cached decode equals the full forward.
+
+Every model here has ``kv_heads < heads`` (grouped-query attention) and runs in float64,
+so two computations of the same logits agree to ~1e-13; the bound is 1e-10. The full
+forward itself is checked against the plain NumPy model of ``tests/reference.py``.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import posenc
+import reference
+from posenc.scaling import DynamicNTK, LongRoPE
+from posenc.torch import (
+    LearnedEncoding,
+    MultiHeadAttention,
+    NoPE,
+    PositionalEncoding,
+    RotaryEmbedding,
+    SinusoidalEncoding,
+    TransformerLM,
+    attend,
+    position_tensor,
+)
+
+V, DIM, HEADS, KV, MAX = 13, 32, 4, 2, 64
+HD = DIM // HEADS
+
+
+class DistancePenalty(PositionalEncoding):
+    """A score-bias encoding defined here: ``-(m - n) / 4`` per head (one ALiBi slope)."""
+
+    def score_bias(self, q_positions, k_positions):
+        qp, kp = position_tensor(q_positions), position_tensor(k_positions)  # (b|1, n)
+        return -(qp[:, None, :, None] - kp[:, None, None, :]).double() / 4  # (b, 1, sq, sk)
+
+
+def np_bias(qp, kp):
+    return -(qp[:, None, :, None] - kp[:, None, None, :]) / 4.0
+
+
+ROPE_SHORT = tuple(1.0 + 0.1 * np.arange(3))  # one factor per rotated pair (rotary_dim 6)
+ROPE_LONG = tuple(2.0 + 0.5 * np.arange(3))
+LONG = LongRoPE(ROPE_SHORT, ROPE_LONG, 4, 4.0)  # original length 4: long for every test here
+
+# name -> (encoding factory, NumPy reference keyword arguments)
+ENCODINGS = {
+    "nope": (NoPE, {}),
+    "sinusoidal": (
+        lambda: SinusoidalEncoding(DIM, max_len=MAX),
+        {"table": posenc.sinusoidal(MAX, DIM)},
+    ),
+    "learned": (lambda: LearnedEncoding(MAX, DIM), {}),
+    "rope_half": (lambda: RotaryEmbedding(HD, max_len=MAX), {"rope": {}}),
+    "rope_interleaved": (
+        lambda: RotaryEmbedding(HD, pairing="interleaved", max_len=MAX),
+        {"rope": {"pairing": "interleaved"}},
+    ),
+    "rope_longrope": (
+        lambda: RotaryEmbedding(HD, scaling=LONG, rotary_dim=6, max_len=MAX),
+        {"rope": {"scaling": LONG, "rotary_dim": 6}},
+    ),
+    "score_bias": (DistancePenalty, {"bias": np_bias}),
+}
+
+
+def make_lm(name, depth=2, seed=0):
+    torch.manual_seed(seed)
+    enc = ENCODINGS[name][0]()
+    return TransformerLM(V, DIM, depth, HEADS, kv_heads=KV, encoding=enc).double().eval()
+
+
+def reference_kwargs(name, lm):
+    kw = dict(ENCODINGS[name][1])
+    if name == "learned":
+        kw["table"] = lm.encoding.weight.detach().double().numpy()
+    return kw
+
+
+def decode(lm, idx, prefill, positions=None, padding_mask=None, *, pass_positions=False):
+    """Prefill ``prefill`` tokens into a cache, then one token per call; all logits."""
+    cache = lm.new_cache(idx.shape[0], idx.shape[1])
+    sl = slice(0, prefill)
+    pos = None if positions is None else positions[:, sl]
+    pm = None if padding_mask is None else padding_mask[:, sl]
+    out = [lm(idx[:, sl], pos, pm, cache=cache)]
+    for t in range(prefill, idx.shape[1]):
+        pos = positions[:, t : t + 1] if pass_positions else None
+        out.append(lm(idx[:, t : t + 1], pos, cache=cache))
+    assert len(cache) == idx.shape[1]
+    return torch.cat(out, 1)
+
+
+LEFT_PAD = torch.tensor([[False] * 3 + [True] * 9, [True] * 12])
+LEFT_POS = (LEFT_PAD.long().cumsum(1) - 1).clamp(min=0)  # row 0: 0 0 0 0 1 2 ...
+
+
+@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("padded", [False, True])
+def test_cached_decode_equals_full_forward_and_numpy(name, padded):
+    lm = make_lm(name)
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    pos, pm = (LEFT_POS, LEFT_PAD) if padded else (None, None)
+    with torch.no_grad():
+        full = lm(idx, pos, pm)
+        cached = decode(lm, idx, 7, pos, pm)  # decode continues each row after its last position
+        explicit = decode(lm, idx, 7, pos, pm, pass_positions=True) if padded else cached
+    torch.testing.assert_close(cached, full, rtol=0, atol=1e-10)
+    torch.testing.assert_close(explicit, full, rtol=0, atol=1e-10)
+    np_pos = None if pos is None else pos.numpy()
+    np_pm = None if pm is None else pm.numpy()
+    ref = reference.lm(lm, idx.numpy(), np_pos, np_pm, **reference_kwargs(name, lm))
+    np.testing.assert_allclose(full.numpy(), ref, rtol=0, atol=1e-10)
+    if padded:  # the real tokens of row 0 equal a run of them alone
+        with torch.no_grad():
+            alone = lm(idx[:1, 3:])
+        torch.testing.assert_close(full[:1, 3:], alone, rtol=0, atol=1e-10)
+
+
+def test_length_dependent_scaling_each_step_equals_full_forward_of_its_prefix():
+    # Dynamic NTK changes the rates with the length, so a full forward is not causal: the
+    # logits of position t depend on the total length. Each decode step must equal the full
+    # forward of its own prefix (one layer: earlier layers would see earlier tables).
+    torch.manual_seed(0)
+    enc = RotaryEmbedding(HD, scaling=DynamicNTK(2.0, 8), max_len=MAX)
+    assert not enc.caches_encoded_keys  # keys are re-rotated with each step's table
+    lm = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=enc).double().eval()
+    idx = torch.randint(0, V, (2, 16), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cached = decode(lm, idx, 6)
+        for t in range(6, 16):
+            prefix = lm(idx[:, : t + 1])[:, -1]
+            torch.testing.assert_close(cached[:, t], prefix, rtol=0, atol=1e-10)
+        ref = reference.lm(lm, idx.numpy(), rope={"scaling": DynamicNTK(2.0, 8)})
+        np.testing.assert_allclose(lm(idx).numpy(), ref, rtol=0, atol=1e-10)
+        # the scaling is active past 8 tokens: the last step differs from plain RoPE's
+        plain = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=RotaryEmbedding(HD))
+        plain.load_state_dict(lm.state_dict())
+        assert (plain.double()(idx)[:, -1] - cached[:, -1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["rope_half", "score_bias", "sinusoidal"])
+def test_generate_same_tokens_with_and_without_cache(name):
+    lm = make_lm(name, seed=3)
+    prompt = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        a = lm.generate(prompt, 9)
+        b = lm.generate(prompt, 9, use_cache=False)
+        pm = torch.tensor([[False, False, True, True, True], [True] * 5])
+        c = lm.generate(prompt, 6, padding_mask=pm)
+        d = lm.generate(prompt, 6, use_cache=False, padding_mask=pm)
+        alone = lm.generate(prompt[:1, 2:], 6)  # row 0 without its padding
+    assert torch.equal(a, b) and a.shape == (2, 14) and torch.equal(a[:, :5], prompt)
+    assert torch.equal(c, d)
+    assert torch.equal(c[0, 5:], alone[0, 3:])
+    # greedy: each appended token is the argmax of the logits of its prefix
+    with torch.no_grad():
+        assert torch.equal(a[:, 5], lm(prompt)[:, -1].argmax(-1))
+    assert torch.equal(lm.generate(prompt, 0), prompt)
+
+
+def test_mha_with_cache_gqa_and_padding_matches_numpy():
+    torch.manual_seed(5)
+    enc = RotaryEmbedding(HD, pairing="interleaved", max_len=MAX)
+    attn = MultiHeadAttention(DIM, HEADS, kv_heads=1, bias=True, encoding=enc).double().eval()
+    x = torch.randn(2, 9, DIM, dtype=torch.float64)
+    pm = torch.tensor([[False, True, True, True, True, True, True, True, True], [True] * 9])
+    pos = (pm.long().cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        full = attn(x, pos, pm)
+        cache = attn.new_cache(2, 9)
+        parts = [attn(x[:, :4], pos[:, :4], pm[:, :4], cache=cache)]
+        parts += [attn(x[:, t : t + 1], cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-10)
+    ref = reference.mha(attn, x.numpy(), pos.numpy(), pm.numpy(), rope={"pairing": "interleaved"})
+    np.testing.assert_allclose(full.numpy(), ref, rtol=0, atol=1e-10)
+
+
+def test_causal_mask_is_aligned_to_the_end_when_queries_are_fewer():
+    torch.manual_seed(6)
+    q = torch.randn(1, 4, 3, 8, dtype=torch.float64)
+    k, v = torch.randn(2, 1, 2, 7, 8, dtype=torch.float64).unbind(0)
+    out = attend(q, k, v, causal=True)  # queries are key slots 4, 5, 6
+    kr, vr = (np.repeat(t.numpy(), 2, axis=1) for t in (k, v))
+    ref, _ = posenc.attention(q.numpy(), kr, vr, mask=posenc.causal_mask(3, 7))
+    np.testing.assert_allclose(out.numpy(), ref, rtol=0, atol=1e-12)
+    top_left, _ = posenc.attention(q.numpy(), kr, vr, mask=np.tril(np.ones((3, 7), bool)))
+    assert np.abs(out.numpy() - top_left).max() > 1e-3  # SDPA's is_causal would be wrong
+
+
+def test_cache_bad_input():
+    lm = make_lm("rope_half")
+    cache = lm.new_cache(2, 4)
+    assert cache.keys[0].dtype == torch.float64 and cache.keys[0].shape == (2, KV, 4, HD)
+    with pytest.raises(ValueError, match="batch must be 2 \\(the cache's\\), got 1"):
+        lm(torch.zeros(1, 2, dtype=torch.long), cache=cache)
+    lm(torch.zeros(2, 3, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="cache is full: max_len=4, holds 3 tokens, got 2 more"):
+        lm(torch.zeros(2, 2, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="kv_heads must divide heads=4, got kv_heads=3"):
+        MultiHeadAttention(DIM, HEADS, kv_heads=3)
+    with pytest.raises(ValueError, match="padding_mask must be a bool tensor of shape \\(2, 1\\)"):
+        lm(torch.zeros(2, 1, dtype=torch.long), padding_mask=torch.ones(2, 2, dtype=torch.bool))
+    small = TransformerLM(V, DIM, 1, HEADS, encoding=NoPE(), max_len=4)
+    c = small.new_cache(1, 8)
+    small(torch.zeros(1, 3, dtype=torch.long), cache=c)
+    with pytest.raises(ValueError, match="sequence length must be <= max_len=4, got 5"):
+        small(torch.zeros(1, 2, dtype=torch.long), cache=c)
+    cache.reset()
+    assert len(cache) == 0
