@@ -259,7 +259,7 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(dim, dim, bias=bias)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        """An empty one-layer :class:`KVCache` in this module's dtype and device.
+        """An empty one-layer :class:`~posenc.torch.KVCache` in this module's dtype and device.
 
         Parameters
         ----------
@@ -270,8 +270,8 @@ class MultiHeadAttention(nn.Module):
 
         Returns
         -------
-        KVCache
-            Pass it as ``cache=`` to :meth:`forward`.
+        posenc.torch.KVCache
+            Pass it as ``cache=`` to ``forward``.
         """
         return _new_cache(self, 1, batch, max_len)
 
@@ -289,7 +289,7 @@ class MultiHeadAttention(nn.Module):
         padding_mask : torch.Tensor, optional
             Bool ``(batch, seq)``, ``True`` for real tokens. Padding keys get no weight,
             now and, when cached, in every later step.
-        cache : KVCache, optional
+        cache : posenc.torch.KVCache, optional
             From :meth:`new_cache`; the new keys and values are appended to it.
 
         Returns
@@ -305,24 +305,13 @@ class MultiHeadAttention(nn.Module):
             self.encoding, *x.shape[:2], positions, padding_mask, cache,
             causal=self.causal, dtype=x.dtype, device=x.device,
         )  # fmt: skip
-        return self.attend_step(x, step, layer=0)
+        return self._attend_step(x, step, layer=0)
 
-    def attend_step(self, x, step: Step, layer: int) -> torch.Tensor:
+    def _attend_step(self, x, step: Step, layer: int) -> torch.Tensor:
         """Attention for one model step whose positions, cache slots and mask are planned.
 
-        Parameters
-        ----------
-        x : torch.Tensor
-            ``(batch, seq, dim)``.
-        step : Step
-            From :func:`posenc.torch.attention.plan`, shared by all layers of the step.
-        layer : int
-            Index of this layer in the step's cache.
-
-        Returns
-        -------
-        torch.Tensor
-            ``(batch, seq, dim)``.
+        ``x`` is ``(batch, seq, dim)``; ``step`` comes from ``plan`` and is shared by all
+        layers of the step; ``layer`` indexes this layer in the step's cache.
         """
         b, n, _ = x.shape
         h, kvh, hd = self.heads, self.kv_heads, self.head_dim

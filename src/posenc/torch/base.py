@@ -55,6 +55,9 @@ class PositionalEncoding(nn.Module):
     #: RoPE scalings): the cache then keeps raw keys and the hook sees all of them each step.
     caches_encoded_keys: bool = True
 
+    def __init__(self) -> None:
+        super().__init__()
+
     def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
         """Add position to token embeddings (default: return ``x`` unchanged).
 

@@ -47,7 +47,7 @@ class KVCache:
     Attributes
     ----------
     keys, values : list of torch.Tensor
-        One buffer per layer; the first :attr:`length` slots along dim 2 are filled.
+        One buffer per layer; the first ``length`` slots along dim 2 are filled.
     positions : torch.Tensor
         Int64 ``(batch, max_len)``: the position each cached token was encoded at.
     valid : torch.Tensor

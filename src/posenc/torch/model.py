@@ -23,7 +23,7 @@ class _Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x, step, layer):  # x: (batch, seq, dim)
-        x = x + self.attn.attend_step(self.norm1(x), step, layer)
+        x = x + self.attn._attend_step(self.norm1(x), step, layer)
         return x + self.mlp(self.norm2(x))
 
 
@@ -107,8 +107,8 @@ class TransformerLM(nn.Module):
 
         Returns
         -------
-        KVCache
-            Pass it as ``cache=`` to :meth:`forward`.
+        posenc.torch.KVCache
+            Pass it as ``cache=`` to ``forward``.
         """
         return _new_cache(self, self.depth, batch, max_len)
 
@@ -124,7 +124,7 @@ class TransformerLM(nn.Module):
             cache: one past each row's last cached position.
         padding_mask : torch.Tensor, optional
             Bool ``(batch, seq)``, ``True`` for real tokens; remembered by the cache.
-        cache : KVCache, optional
+        cache : posenc.torch.KVCache, optional
             From :meth:`new_cache`; this call's keys and values are appended to it, and the
             tokens attend to everything it holds.
 
