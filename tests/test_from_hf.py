@@ -348,9 +348,9 @@ def test_rotary_embedding_module_from_kwargs_matches_functional():
 
 # -- HF's reading rules, one at a time -----------------------------------------------------
 def small(rope_scaling=None, **top):
-    """A small Llama-style config.json (head_dim 16) with the given rope_scaling."""
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
-    cfg |= {"max_position_embeddings": 4096, "rope_theta": 10000.0, **top}
+    """A small Llama-style config.json (head_dim 64) with the given rope_scaling."""
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4}
+    cfg |= {"max_position_embeddings": 3000, "rope_theta": 10000.0, **top}
     if rope_scaling is not None:
         cfg["rope_scaling"] = rope_scaling
     return cfg
@@ -369,7 +369,7 @@ def assert_matches_hf(config, seq_len=None):
 YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 512}
 YARN_VARIANTS = {  # each leaves out or sets one key HF has a rule for
     "defaults": YARN,
-    "no_original": {"rope_type": "yarn", "factor": 8.0},  # -> max_position_embeddings
+    "no_original": {"rope_type": "yarn", "factor": 8.0},  # -> max_position_embeddings (3000)
     "factor_null": {**YARN, "factor": None},  # -> max_position_embeddings / original = 8
     "mscale_alone": {**YARN, "mscale": 0.707},  # ignored without mscale_all_dim
     "mscale_pair": {**YARN, "mscale": 0.707, "mscale_all_dim": 1.0},  # DeepSeek's ratio
@@ -388,14 +388,14 @@ def test_yarn_defaults_match_hf(variant):
     assert isinstance(kwargs["scaling"], YaRN)
 
 
-LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5, 2, 3, 4, 5, 6, 7]}
-LONGROPE["long_factor"] = [1.0, 3, 9, 27, 30, 40, 50, 60]
+LONGROPE = {"rope_type": "longrope", "short_factor": [1 + j / 16 for j in range(32)]}
+LONGROPE["long_factor"] = [1.1**j for j in range(32)]
 LONGROPE_VARIANTS = {
     "factor_from_lengths": {**LONGROPE, "original_max_position_embeddings": 512},  # 8
     "factor_given": {**LONGROPE, "original_max_position_embeddings": 512, "factor": 2.0},
     "attention_factor": {**LONGROPE, "original_max_position_embeddings": 512, "factor": 2.0}
     | {"attention_factor": 1.5},
-    "no_original": LONGROPE,  # -> max_position_embeddings: factor 1, attention factor 1
+    "no_original": LONGROPE,  # -> max_position_embeddings (3000): factor 1, attention 1
 }
 
 
@@ -405,30 +405,37 @@ def test_longrope_defaults_match_hf(variant, seq_len):
     assert_matches_hf(small(LONGROPE_VARIANTS[variant]), seq_len)
 
 
-@pytest.mark.parametrize("seq_len", [None, 100, 4096, 4097, 10000])
+@pytest.mark.parametrize("seq_len", [None, 100, 3000, 3001, 10000])
 def test_dynamic_and_linear_match_hf(seq_len):
     kwargs = assert_matches_hf(small({"type": "dynamic", "factor": 3.0}), seq_len)
-    assert kwargs["scaling"] == DynamicNTK(3.0, 4096)  # original length: max_position_embeddings
+    assert kwargs["scaling"] == DynamicNTK(3.0, 3000)  # original length: max_position_embeddings
+    # HF's dynamic type ignores an original_max_position_embeddings in rope_scaling
+    dynamic = {"type": "dynamic", "factor": 3.0, "original_max_position_embeddings": 1000}
+    assert assert_matches_hf(small(dynamic), seq_len)["scaling"] == DynamicNTK(3.0, 3000)
     kwargs = assert_matches_hf(small({"type": "linear", "factor": 3.0}), seq_len)
     assert kwargs["scaling"] == Linear(3.0)
 
 
-def test_partial_rotary_factor_and_proportional_match_hf():
+def test_partial_rotary_factor_matches_hf():
     kwargs = assert_matches_hf(small(YARN, partial_rotary_factor=0.5))
-    assert kwargs["rotary_dim"] == 8
-    # proportional (Gemma 4's global layers): the exponent keeps the full head width
-    params = {"rope_type": "proportional", "partial_rotary_factor": 0.25, "factor": 2.0}
+    assert kwargs["rotary_dim"] == 32
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.3])  # 0.3: 19.2 // 2 = 9 rotated pairs
+def test_proportional_matches_hf(fraction):
+    """Gemma 4's global layers: the exponent keeps the full head width, the rest is not rotated."""
+    params = {"rope_type": "proportional", "partial_rotary_factor": fraction, "factor": 2.0}
     kwargs = assert_matches_hf(small(params))
-    assert kwargs["rotary_dim"] is None and kwargs["scaling"] == Proportional(0.25, 2.0)
+    assert kwargs["rotary_dim"] is None and kwargs["scaling"] == Proportional(fraction, 2.0)
     torch.manual_seed(2)
-    q, k = torch.randn(2, 1, 2, 10, 16, dtype=torch.float64).unbind(0)
+    q, k = torch.randn(2, 1, 2, 10, 64, dtype=torch.float64).unbind(0)
     positions = torch.randint(0, 3000, (1, 10))
     cos, sin = llama.LlamaRotaryEmbedding(AutoConfig.for_model(**small(params)))(q, positions)
     q_hf, _ = llama.apply_rotary_pos_emb(q, k, cos, sin)
     got = apply_rope(q, positions, base=kwargs["base"], scaling=kwargs["scaling"])
     inv, _ = frequencies(kwargs)
     angles = positions.double()[..., None] * torch.from_numpy(inv)
-    assert_rotation_close(q, got, q_hf, angles, 1.0, 16)
+    assert_rotation_close(q, got, q_hf, angles, 1.0, 64)
 
 
 def test_type_and_rope_type_keys():
@@ -469,6 +476,21 @@ def test_legacy_su_is_longrope_which_hf_5_23_cannot_load():
     scaling = from_hf(PHI3_MINI_128K)["scaling"]
     assert isinstance(scaling, LongRoPE) and scaling.factor == 32.0
     assert scaling.short_factor[5] == 1.1500000000000001 and scaling.long_factor[-1] > 64
+    # Phi3Config also renames "yarn" to "longrope" (its early configs said "yarn")
+    phi = copy.deepcopy(PHI35_MINI)
+    phi["rope_scaling"]["type"] = "yarn"
+    assert from_hf(phi) == from_hf(PHI35_MINI) == from_hf(hf_config(phi))
+    assert hf_config(phi).rope_parameters["rope_type"] == "longrope"
+
+
+@pytest.mark.parametrize("pct, base", [(0.5, 1000), (1.0, 10000)])
+def test_gpt_neox_legacy_keys_match_hf(pct, base):
+    config = {**GPT_NEOX_20B, "rotary_pct": pct, "rotary_emb_base": base}
+    kwargs = from_hf(config)
+    assert kwargs["rotary_dim"] == (None if pct == 1 else int(96 * pct))
+    inv, _ = frequencies(kwargs)
+    inv_hf, _ = hf_frequencies(hf_config(config), neox, None)
+    np.testing.assert_allclose(inv, inv_hf, rtol=1e-6)
 
 
 def test_class_defaults_come_with_the_config_object():
@@ -486,8 +508,8 @@ def test_no_rope_scaling_gives_no_scaling():
     for cfg in (small(), {**small(), "rope_scaling": None}, small({})):
         kwargs = from_hf(cfg)
         assert kwargs["scaling"] is None and kwargs["rotary_dim"] is None
-        expected = {"head_dim": 16, "base": 1e4, "scaling": None, "rotary_dim": None}
-        assert kwargs == expected | {"max_len": 4096}
+        expected = {"head_dim": 64, "base": 1e4, "scaling": None, "rotary_dim": None}
+        assert kwargs == expected | {"max_len": 3000}
     assert from_hf(small(head_dim=32))["head_dim"] == 32
 
 
@@ -510,7 +532,7 @@ def test_bad_values_raise_naming_the_parameter():
         (small({**YARN, "attention_factor": -1.0}), "attention_factor must be a positive"),
         (small(YARN, original_max_position_embeddings=0), "original_max_position_embeddings"),
         (small(rope_theta=-1.0), "rope_theta must be a positive finite number, got -1.0"),
-        (small(partial_rotary_factor=0.3125), "rotary width of 5 for head_dim=16"),
+        (small(partial_rotary_factor=0.328125), "rotary width of 21 for head_dim=64"),
         ({"hidden_size": 64, "rope_theta": 1.0}, "no head_dim and no num_attention_heads"),
         ({"head_dim": 8, "rope_theta": 1.0}, "no max_position_embeddings"),
         ("llama", "config must be a dict or a transformers config"),

@@ -139,10 +139,10 @@ def from_hf(config):
 
     Parameters
     ----------
-    config : dict or transformers.PretrainedConfig
-        A parsed ``config.json`` or a config object (read through ``to_dict()``; transformers
-        is not imported). A dict without ``rope_theta`` raises, since HF's default depends on
-        the model class; the config object carries it.
+    config : dict or object
+        A parsed ``config.json``, or a transformers ``PretrainedConfig`` (any object with
+        ``to_dict()``; transformers is not imported). A dict without ``rope_theta`` raises,
+        since HF's default depends on the model class; the config object carries it.
 
     Returns
     -------

@@ -3,7 +3,8 @@
 Every scaling maps the default rates ``inv_freq_i = base ** (-2i / dim)`` (``dim`` is the
 rotary width) to new rates and an attention scale that multiplies cos and sin. The
 formulas and defaults follow HF transformers' ``modeling_rope_utils`` exactly; the
-parity tests in ``tests/test_rope_parity.py`` check them. NumPy, float64.
+parity tests in ``tests/test_rope_parity.py`` check them. NumPy, float64. ``from_hf``
+builds the scaling (and the rest of a ``RotaryEmbedding``) from a Hugging Face config.
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ class LongRoPE(Scaling):
     Rates are divided by ``short_factor`` up to ``original_max_len`` and by ``long_factor``
     beyond; the attention scale is ``sqrt(1 + log(factor) / log(original_max_len))`` (1 for
     ``factor <= 1``). No defaults: HF derives a missing ``factor`` from the config (32, scale
-    1.19, for Phi-3-mini-128k); :func:`from_hf` fills every argument as HF does.
+    1.19, for Phi-3-mini-128k); ``posenc.scaling.from_hf`` fills every argument as HF does.
 
     Parameters
     ----------
