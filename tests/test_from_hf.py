@@ -534,6 +534,7 @@ def test_bad_values_raise_naming_the_parameter():
         (small(rope_theta=-1.0), "rope_theta must be a positive finite number, got -1.0"),
         (small(partial_rotary_factor=0.328125), "rotary width of 21 for head_dim=64"),
         ({"hidden_size": 64, "rope_theta": 1.0}, "no head_dim and no num_attention_heads"),
+        ({"text_config": small(), "rope_theta": 1.0}, "multimodal config holds them in text_"),
         ({"head_dim": 8, "rope_theta": 1.0}, "no max_position_embeddings"),
         ("llama", "config must be a dict or a transformers config"),
     ]

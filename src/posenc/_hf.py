@@ -104,7 +104,8 @@ def _head_dim(cfg):
         return check_int("head_dim", cfg["head_dim"], minimum=1)
     for key in ("hidden_size", "num_attention_heads"):
         if cfg.get(key) is None:
-            raise ValueError(f"config has no head_dim and no {key}")
+            hint = "; a multimodal config holds them in text_config" if "text_config" in cfg else ""
+            raise ValueError(f"config has no head_dim and no {key}{hint}")
     return check_int("hidden_size", cfg["hidden_size"], minimum=1) // check_int(
         "num_attention_heads", cfg["num_attention_heads"], minimum=1
     )
