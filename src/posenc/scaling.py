@@ -3,19 +3,21 @@
 Every scaling maps the default rates ``inv_freq_i = base ** (-2i / dim)`` (``dim`` is the
 rotary width) to new rates and an attention scale that multiplies cos and sin. The
 formulas and defaults follow HF transformers' ``modeling_rope_utils`` exactly; the
-parity tests in ``tests/test_rope_parity.py`` check them. NumPy, float64.
+parity tests in ``tests/test_rope_parity.py`` check them. NumPy, float64. ``from_hf``
+builds the scaling (and the rest of a ``RotaryEmbedding``) from a Hugging Face config.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from posenc._checks import check_int, check_positive
 
-__all__ = ["Scaling", "Linear", "NTK", "DynamicNTK", "YaRN", "Llama3", "LongRoPE"]
+__all__ = ["Scaling", "Linear", "NTK", "DynamicNTK", "YaRN", "Llama3", "LongRoPE", "Proportional"]
+__all__ += ["from_hf"]
 
 
 def _default_inv_freq(dim: int, base: float) -> np.ndarray:
@@ -139,7 +141,7 @@ class YaRN(Scaling):
     beta_fast, beta_slow : float
         Rotation counts bounding the ramp (defaults 32 and 1).
     attention_factor : float, optional
-        Overrides the computed attention scale.
+        Overrides the computed attention scale; must be positive.
     mscale, mscale_all_dim : float, optional
         DeepSeek-style scale: ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``.
     truncate : bool
@@ -160,6 +162,8 @@ class YaRN(Scaling):
         check_int("original_max_len", self.original_max_len, minimum=1)
         check_positive("beta_fast", self.beta_fast)
         check_positive("beta_slow", self.beta_slow)
+        if self.attention_factor is not None:
+            check_positive("attention_factor", self.attention_factor)
 
     def _scale(self):
         def get_mscale(scale, m=1.0):
@@ -167,20 +171,15 @@ class YaRN(Scaling):
 
         if self.attention_factor is not None:
             return float(self.attention_factor)
-        if self.mscale and self.mscale_all_dim:
-            return get_mscale(self.factor, self.mscale) / get_mscale(
-                self.factor, self.mscale_all_dim
-            )
+        if self.mscale and self.mscale_all_dim:  # both truthy, as in HF
+            m, m_all = self.mscale, self.mscale_all_dim
+            return get_mscale(self.factor, m) / get_mscale(self.factor, m_all)
         return get_mscale(self.factor)
 
     def inv_freq(self, dim, base, seq_len=None):
-
         def correction_dim(rotations):  # dimension index that turns `rotations` times
-            return (
-                dim
-                * math.log(self.original_max_len / (rotations * 2 * math.pi))
-                / (2 * math.log(base))
-            )
+            turns = self.original_max_len / (rotations * 2 * math.pi)
+            return dim * math.log(turns) / (2 * math.log(base))
 
         low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
         if self.truncate:
@@ -244,7 +243,9 @@ class LongRoPE(Scaling):
     """LongRoPE (Ding et al., 2024, arXiv:2402.13753) as used by Phi-3: searched per-pair factors.
 
     Rates are divided by ``short_factor`` up to ``original_max_len`` and by ``long_factor``
-    beyond; the attention scale is ``sqrt(1 + log(factor) / log(original_max_len))``.
+    beyond; the attention scale is ``sqrt(1 + log(factor) / log(original_max_len))`` (1 for
+    ``factor <= 1``). No defaults: HF derives a missing ``factor`` from the config (32, scale
+    1.19, for Phi-3-mini-128k); ``posenc.scaling.from_hf`` fills every argument as HF does.
 
     Parameters
     ----------
@@ -255,25 +256,26 @@ class LongRoPE(Scaling):
     factor : float
         Overall extension ratio (``max_len / original_max_len``), sets the attention scale.
     attention_factor : float, optional
-        Overrides the computed attention scale.
+        Overrides the computed attention scale; must be positive.
     """
 
-    short_factor: tuple = field(default=())
-    long_factor: tuple = field(default=())
-    original_max_len: int = 4096
-    factor: float = 1.0
+    short_factor: tuple
+    long_factor: tuple
+    original_max_len: int
+    factor: float
     attention_factor: float | None = None
     length_dependent = True
 
     def __post_init__(self):
-        object.__setattr__(self, "short_factor", tuple(float(f) for f in self.short_factor))
-        object.__setattr__(self, "long_factor", tuple(float(f) for f in self.long_factor))
         for name in ("short_factor", "long_factor"):
-            values = getattr(self, name)
+            values = tuple(float(f) for f in getattr(self, name))
             if not values or min(values) <= 0:
                 raise ValueError(f"{name} must be a non-empty list of positive numbers")
+            object.__setattr__(self, name, values)
         check_int("original_max_len", self.original_max_len, minimum=1)
         check_positive("factor", self.factor)
+        if self.attention_factor is not None:
+            check_positive("attention_factor", self.attention_factor)
 
     def inv_freq(self, dim, base, seq_len=None):
         use_long = seq_len is not None and seq_len > self.original_max_len
@@ -289,3 +291,35 @@ class LongRoPE(Scaling):
         else:
             scale = math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_len))
         return _default_inv_freq(dim, base) / ext, scale
+
+
+@dataclass(frozen=True)
+class Proportional(Scaling):
+    """HF's ``"proportional"`` RoPE (Gemma 4): the first ``int(fraction * dim // 2)`` pairs get
+    ``base ** (-2j / dim)`` (full width ``dim`` in the exponent, unlike ``rotary_dim``), the
+    others rate 0 (not rotated); then every rate is divided by ``factor``.
+
+    Parameters
+    ----------
+    fraction : float
+        HF's ``partial_rotary_factor``, in ``(0, 1]``.
+    factor : float
+        Divides every rate (HF default 1); must be positive.
+    """
+
+    fraction: float
+    factor: float = 1.0
+
+    def __post_init__(self):
+        check_positive("factor", self.factor)
+        if check_positive("fraction", self.fraction) > 1:
+            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+
+    def inv_freq(self, dim, base, seq_len=None):
+        rotated = int(self.fraction * dim // 2)
+        inv = np.zeros(dim // 2)
+        inv[:rotated] = base ** (-np.arange(0, 2 * rotated, 2, dtype=np.float64) / dim)
+        return inv / self.factor, 1.0
+
+
+from posenc._hf import from_hf  # noqa: E402  (the config bridge; imports the classes above)
