@@ -253,11 +253,11 @@ def test_frequencies_and_attention_factor_match_hf(name, which):
 
 EXPECTED = {  # what each published config means, independently of HF
     "llama-3.1-8b": (128, 500000.0, None, 131072, 1.0),
-    "qwen2.5-7b-yarn": (128, 1e6, None, 32768, 0.1 * math.log(4.0) + 1),
+    "qwen2.5-7b-yarn": (128, 1e6, None, 131072, 0.1 * math.log(4.0) + 1),  # 4 x 32768
     "phi-3-mini-128k": (96, 1e4, None, 131072, math.sqrt(1 + math.log(32) / math.log(4096))),
     "phi-3.5-mini": (96, 1e4, None, 131072, math.sqrt(1 + math.log(32) / math.log(4096))),
     "gpt-neox-20b": (96, 1e4, 24, 2048, 1.0),
-    "internlm2-1.8b-dynamic": (128, 1e6, None, 32768, 1.0),
+    "internlm2-1.8b-dynamic": (128, 1e6, None, 65536, 1.0),  # dynamic x2 of 32768
 }
 
 
@@ -559,3 +559,16 @@ def test_from_hf_does_not_mutate_or_import():
     code += "'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_rotary_embedding_from_hf_builds_the_module():
+    from posenc.torch import RotaryEmbedding
+
+    cfg = MODELS["phi-3-mini-128k"][0]
+    rot = RotaryEmbedding.from_hf(cfg)
+    kwargs = from_hf(cfg)
+    assert (rot.head_dim, rot.base, rot.scaling, rot.max_len) == (
+        kwargs["head_dim"], kwargs["base"], kwargs["scaling"], kwargs["max_len"],
+    )  # fmt: skip
+    assert rot.pairing == "half" and rot.scale == pytest.approx(1.1902, abs=1e-4)
+    assert RotaryEmbedding.from_hf(cfg, pairing="interleaved", max_len=64).max_len == 64

@@ -9,6 +9,8 @@ in ``tests/test_from_hf.py``.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 
 from posenc._checks import check_int, check_positive
@@ -151,7 +153,8 @@ def from_hf(config):
         ``head_dim`` (``head_dim``, else ``hidden_size // num_attention_heads``), ``base``,
         ``scaling`` (a :mod:`posenc.scaling` object, None for ``"default"``), ``rotary_dim``
         (``int(head_dim * partial_rotary_factor)``, None when the whole head rotates) and
-        ``max_len`` (``max_position_embeddings``).
+        ``max_len`` (``max_position_embeddings``, or the context a scaling reaches if
+        longer: ``factor`` times its original length -- 131072 for Qwen2.5 with YaRN x4).
 
     Raises
     ------
@@ -234,6 +237,11 @@ def from_hf(config):
         )
     else:  # "proportional": the fraction shapes the rates, the whole head is passed on
         scaling, rotary = Proportional(fraction, params.get("factor", 1.0)), head_dim
+    # the table must reach the context the scaling is for: factor x the length it extends
+    reach = {"linear": max_pos, "dynamic": max_pos, "yarn": original, "llama3": original}
+    reach["longrope"] = original
+    if rope_type in reach:
+        max_pos = max(max_pos, math.ceil(scaling.factor * reach[rope_type]))
     return {
         "head_dim": head_dim,
         "base": base,

@@ -206,6 +206,33 @@ class RotaryEmbedding(PositionalEncoding):
         self._key = _key(self.head_dim, self.base, scaling, self.rotary_dim)
         self._register_derived()
 
+    @classmethod
+    def from_hf(cls, config, **overrides):
+        """Build RoPE from a Hugging Face ``config.json`` (a dict) or config object.
+
+        Parameters
+        ----------
+        config : dict or transformers.PretrainedConfig
+            Read by :func:`posenc.scaling.from_hf` with HF's rules and defaults.
+        **overrides
+            Keyword arguments replacing what the config gives (e.g. ``pairing``,
+            ``max_len``).
+
+        Returns
+        -------
+        RotaryEmbedding
+            ``pairing="half"`` (HF's ``rotate_half``) unless overridden.
+
+        Examples
+        --------
+        >>> from posenc.torch import RotaryEmbedding
+        >>> cfg = {"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
+        ...        "max_position_embeddings": 8192}
+        >>> RotaryEmbedding.from_hf(cfg)
+        RotaryEmbedding(head_dim=128, rotary_dim=128, base=500000.0, pairing='half', max_len=8192)
+        """
+        return cls(**(posenc.scaling.from_hf(config) | overrides))
+
     @property
     def caches_encoded_keys(self) -> bool:
         """False for length-dependent scalings: keys are re-rotated with each step's table."""
