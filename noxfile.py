@@ -100,15 +100,25 @@ def lint(session: nox.Session) -> None:
 
 
 BENCH_PEERS = ["torchtune", "torchao", "rotary-embedding-torch", "transformers"]
+BENCHES = {  # name -> script; each writes benchmarks/results/<name>.json
+    "rope": "benchmarks/bench_rope.py",
+    "decode": "benchmarks/bench_decode.py",
+}
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """RoPE benchmark against HF, Meta, torchtune, rotary-embedding-torch (+ torch.compile).
+    """Benchmarks against peers, measured in one run each; JSON in benchmarks/results/.
 
-    Peers are installed into this session only. Pass ``-- --no-compile`` to skip the
-    torch.compile variants. Writes benchmarks/results/rope.json.
+    ``nox -s bench`` runs them all; ``nox -s bench -- decode`` (or ``rope``) one of them.
+    Other arguments go to every script (``--no-compile`` skips RoPE's torch.compile rows).
+    Peers (transformers, torchtune with torchao, rotary-embedding-torch) are installed into
+    this session only.
     """
     _install(session, "test")
     session.install(*BENCH_PEERS, *CONSTRAINTS)
-    session.run("python", "benchmarks/bench_rope.py", *session.posargs)
+    names = [a for a in session.posargs if a in BENCHES] or list(BENCHES)
+    extra = [a for a in session.posargs if a not in BENCHES]
+    for name in names:
+        args = [a for a in extra if a != "--no-compile" or name == "rope"]
+        session.run("python", BENCHES[name], *args)

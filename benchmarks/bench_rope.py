@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
-import time
-from datetime import datetime, timezone
 
 import numpy as np
 import torch
+from _common import machine, timeit
 
 import posenc
 from posenc.torch import RotaryEmbedding, apply_rope
@@ -35,20 +32,6 @@ from posenc.torch import RotaryEmbedding, apply_rope
 SHAPES = [(1, 32, 2048, 128), (4, 8, 1024, 64), (1, 8, 8192, 64)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 BASE = 10_000.0
-
-
-def timeit(fn, min_time=0.4, min_reps=7, max_reps=50):
-    """Median wall time in ms of ``fn()`` after three warm-up calls."""
-    for _ in range(3):
-        fn()
-    times, start = [], time.perf_counter()
-    while len(times) < min_reps or (
-        time.perf_counter() - start < min_time and len(times) < max_reps
-    ):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
 
 
 def hf_config(heads, head_dim, max_pos):
@@ -87,6 +70,12 @@ def build_impls(shape, dtype, compile_too):
     ours["posenc half"] = lambda: rot_half.rope(q, k)
     ours["posenc half, out="] = lambda: rot_half.rope(q, k, out=outs)
     ours["posenc interleaved, out="] = lambda: rot_inter.rope(q, k, out=outs)
+    # what MultiHeadAttention does with its fresh projections (eager, no autograd)
+    qi, ki, pos = q.clone(), k.clone(), range(s)
+    ours["posenc half, in place"] = lambda: rot_half.encode_qk(qi, ki, pos, pos, inplace=True)
+    ours["posenc interleaved, in place"] = lambda: rot_inter.encode_qk(
+        qi, ki, pos, pos, inplace=True
+    )
 
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
@@ -146,25 +135,6 @@ def precision():
         "max_position": int(pos.max()),
         "posenc_float32_max_abs_error": float(np.abs(ours - ref).max()),
         "hf_float32_max_abs_error": float(np.abs(hf.double().numpy() - ref).max()),
-    }
-
-
-def machine():
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
-            )
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
     }
 
 
