@@ -92,6 +92,20 @@ def docs_live(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of src/posenc with mutmut (slow: hours on 2 cores; not run in CI).
+
+    Configuration in pyproject.toml ([tool.mutmut]): every test except the torch.compile
+    ones. Arguments go to ``mutmut run`` (e.g. ``-- --max-children 2``); the score and the
+    surviving mutants are printed at the end. ``mutmut show <name>`` shows one.
+    """
+    _install(session, "test")
+    session.install("mutmut==3.8.1", *CONSTRAINTS)
+    session.run("mutmut", "run", *session.posargs)
+    session.run("python", "tools/mutation_score.py")
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.install("ruff")

@@ -46,6 +46,7 @@ def _pair(name):
     return lm, torch.randint(0, 17, (2, 12), generator=torch.Generator().manual_seed(1))
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", list(ENCODINGS))
 def test_compile_fullgraph_inference_and_training(name):
     lm, idx = _pair(name)
@@ -63,6 +64,7 @@ def test_compile_fullgraph_inference_and_training(name):
             torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 def test_compile_inductor_rope_under_no_grad(pairing):
     # the interleaved case crashed before ("Tensor must have a last dimension of size 2")
