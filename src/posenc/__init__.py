@@ -8,7 +8,8 @@ The reference is grouped by *where* an encoding acts in attention:
 * the input -- :mod:`posenc.absolute` (:func:`sinusoidal` and its algebra);
 * the queries and keys -- :mod:`posenc.rotary` (:func:`rope`), with the context
   extension scalings of :mod:`posenc.scaling`;
-* the scores -- additive biases, passed to :func:`attention` as ``bias``.
+* the scores -- :mod:`posenc.bias` (ALiBi, T5 buckets, KERPLE, FIRE), additive biases
+  passed to :func:`attention` as ``bias``.
 """
 
 from posenc import scaling
@@ -20,12 +21,17 @@ from posenc.absolute import (
     wavelengths,
 )
 from posenc.attention import attention, causal_mask, permutation_matrix
+from posenc.bias import alibi_bias, alibi_slopes, fire_bias, kerple_bias, t5_buckets
 from posenc.rotary import rope, rope_frequencies
 
 __all__ = [
+    "alibi_bias",
+    "alibi_slopes",
     "attention",
     "causal_mask",
+    "fire_bias",
     "frequencies",
+    "kerple_bias",
     "permutation_matrix",
     "rope",
     "rope_frequencies",
@@ -33,6 +39,7 @@ __all__ = [
     "shift_operator",
     "sinusoidal",
     "sinusoidal_dot",
+    "t5_buckets",
     "wavelengths",
 ]
 __version__ = "0.1.0"

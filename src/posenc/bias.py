@@ -162,9 +162,9 @@ def t5_buckets(relative, *, bidirectional=True, num_buckets=32, max_distance=128
     --------
     >>> import posenc
     >>> posenc.t5_buckets([-200, -20, -3, 0, 3, 20, 200], bidirectional=True)
-    array([15, 12,  3,  0, 19, 28, 31])
+    array([15, 10,  3,  0, 19, 26, 31])
     >>> posenc.t5_buckets([-200, -20, -3, 0, 3], bidirectional=False)
-    array([31, 23,  3,  0,  0])
+    array([31, 17,  3,  0,  0])
     """
     num_buckets = check_int("num_buckets", num_buckets, minimum=2)
     max_distance = check_int("max_distance", max_distance, minimum=1)
@@ -187,10 +187,8 @@ def t5_buckets(relative, *, bidirectional=True, num_buckets=32, max_distance=128
     else:
         dist = -np.minimum(rel, 0)
     exact = n // 2
-    with np.errstate(divide="ignore"):  # log(0) on the small distances, discarded below
-        scaled = np.log(dist.astype(np.float32) / np.float32(exact)) / np.float32(
-            math.log(max_distance / exact)
-        )
+    far = np.maximum(dist, exact).astype(np.float32)  # small distances are discarded below
+    scaled = np.log(far / np.float32(exact)) / np.float32(math.log(max_distance / exact))
     large = exact + (scaled * np.float32(n - exact)).astype(np.int64)  # trunc toward zero
     large = np.minimum(large, n - 1)
     return buckets + np.where(dist < exact, dist, large)
