@@ -7,10 +7,10 @@ forward itself is checked against the plain NumPy model of ``tests/reference.py`
 
 import numpy as np
 import pytest
+import reference
 import torch
 
 import posenc
-import reference
 from posenc.scaling import DynamicNTK, LongRoPE
 from posenc.torch import (
     LearnedEncoding,

@@ -10,7 +10,6 @@ in ``tests/test_from_hf.py``.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping
 
 from posenc._checks import check_int, check_positive

@@ -7,7 +7,8 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_dim, check_int, check_positive
-from posenc.torch.base import PositionalEncoding, max_position, position_arg
+from posenc.torch.base import PositionalEncoding
+from posenc.torch.positions import max_position, position_arg
 
 __all__ = ["SinusoidalEncoding", "LearnedEncoding"]
 

@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.base import NoPE, PositionalEncoding, check_encoding, position_arg
+from posenc.torch.base import NoPE, PositionalEncoding, check_encoding
 from posenc.torch.cache import KVCache
+from posenc.torch.positions import position_arg
 
 __all__ = ["MultiHeadAttention", "attend", "attention_mask"]
 
@@ -83,7 +84,13 @@ def len_of(positions) -> int:
 
 def _sdpa(q, k, v, mask, is_causal, scale):
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
     )  # (b, heads, seq_q, head_dim)
 
 
@@ -138,7 +145,9 @@ def attend(
     """
     enc = NoPE() if encoding is None else check_encoding(encoding)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-D, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must be 4-D, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     b, h, sq, hd = q.shape
     sk = k.shape[2]
     if k.shape[0] != b or v.shape[:3] != k.shape[:3] or h % k.shape[1]:

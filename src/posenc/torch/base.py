@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["PositionalEncoding", "NoPE", "as_positions", "position_tensor"]
+__all__ = ["PositionalEncoding", "NoPE"]
 
 PLACES = ("input", "qk", "scores")
 
@@ -117,6 +117,37 @@ class PositionalEncoding(nn.Module):
             Float bias broadcastable to ``(batch, heads, seq_q, seq_k)``, or ``None``.
         """
         return None
+
+    def score_mod(self, q_positions, k_positions):
+        """The score bias as a FlexAttention ``score_mod`` (default: from :meth:`score_bias`).
+
+        The default materialises :meth:`score_bias` once and indexes it; encodings whose
+        bias is an elementwise function of the positions override this to compute it in
+        the kernel, in float32, without a ``(batch, heads, seq_q, seq_k)`` tensor.
+
+        Parameters
+        ----------
+        q_positions : torch.Tensor or range
+            Positions of the queries: int64 ``(batch|1, seq_q)`` or a ``range``.
+        k_positions : torch.Tensor or range
+            Positions of the keys: int64 ``(batch|1, seq_k)`` or a ``range``.
+
+        Returns
+        -------
+        callable or None
+            ``f(score, b, h, q_idx, kv_idx) -> score`` for
+            :func:`torch.nn.attention.flex_attention.flex_attention`, or ``None``.
+        """
+        bias = self.score_bias(q_positions, k_positions)
+        if bias is None:
+            return None
+        bias = bias.float()  # (b|1, h|1, sq, sk)
+        one_b, one_h = bias.shape[0] == 1, bias.shape[1] == 1
+
+        def add_bias(score, b, h, q_idx, kv_idx):
+            return score + bias[0 if one_b else b, 0 if one_h else h, q_idx, kv_idx]
+
+        return add_bias
 
     def qk_dim(self, head_dim: int) -> int:
         """Width of the queries and keys returned by :meth:`encode_qk` (default ``head_dim``).
@@ -217,117 +248,6 @@ class NoPE(PositionalEncoding):
             ``x`` itself.
         """
         return x
-
-
-def as_positions(positions, batch: int, seq: int, *, device=None) -> torch.Tensor:
-    """Validate positions and return them as an int64 tensor of shape (batch or 1, seq).
-
-    ``None`` means ``0 .. seq - 1`` shared by the batch; a ``range`` of length ``seq``
-    is shared by the batch too. A 1-D tensor of length ``seq`` is shared by the batch; a
-    2-D tensor must be ``(batch, seq)`` or ``(1, seq)``.
-
-    Parameters
-    ----------
-    positions : torch.Tensor, range or None
-        Int positions, ``(seq,)`` or ``(batch, seq)``; values must be non-negative.
-    batch : int
-        Batch size of the tensor the positions belong to.
-    seq : int
-        Sequence length of that tensor.
-    device : torch.device, optional
-        Where to put the result.
-
-    Returns
-    -------
-    torch.Tensor
-        Int64, shape ``(batch, seq)`` or ``(1, seq)``.
-
-    Raises
-    ------
-    ValueError
-        If the shape does not match, the dtype is not an integer type, or a
-        position is negative.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from posenc.torch import as_positions
-    >>> as_positions(None, 2, 3)
-    tensor([[0, 1, 2]])
-    >>> as_positions(range(5, 8), 2, 3)
-    tensor([[5, 6, 7]])
-    >>> as_positions(torch.tensor([[5, 6, 7], [0, 1, 2]]), 2, 3).shape
-    torch.Size([2, 3])
-    """
-    return position_tensor(position_arg(positions, batch, seq), device)
-
-
-def position_arg(positions, batch: int, seq: int):
-    """Normalise user positions for the hooks: ``None`` -> ``range(seq)``, tensors validated.
-
-    Returns a ``range`` (contiguous, shared by the batch) or an int64 ``(batch|1, seq)``
-    tensor. The non-negativity check reads the values, so it runs in eager mode only
-    (compiled code relies on the indexing bounds checks of the encodings instead).
-    """
-    if positions is None:
-        return range(seq)
-    if isinstance(positions, range):
-        if positions.step != 1 or len(positions) != seq or positions.start < 0:
-            raise ValueError(
-                f"positions must be a range of {seq} consecutive non-negative ints, "
-                f"got {positions}"
-            )
-        return positions
-    if not isinstance(positions, torch.Tensor):
-        positions = torch.as_tensor(positions)
-    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
-        raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
-    if positions.dim() == 1:
-        positions = positions.unsqueeze(0)  # (1, seq)
-    if positions.dim() != 2 or positions.shape[1] != seq or positions.shape[0] not in (1, batch):
-        raise ValueError(
-            f"positions must have shape (seq,) or (batch, seq) = ({batch}, {seq}), "
-            f"got {tuple(positions.shape)}"
-        )
-    if not torch.compiler.is_compiling() and positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
-    return positions.long()
-
-
-def position_tensor(positions, device=None) -> torch.Tensor:
-    """The positions a hook received, as an int64 tensor ``(batch|1, seq)``.
-
-    Hooks receive either a tensor or a ``range``; this is the one line an encoding needs
-    when it does not care which.
-
-    Parameters
-    ----------
-    positions : torch.Tensor or range
-        As passed to a hook.
-    device : torch.device, optional
-        Where to put a tensor made from a ``range`` (a tensor is moved there too).
-
-    Returns
-    -------
-    torch.Tensor
-        Int64 ``(batch|1, seq)``.
-
-    Examples
-    --------
-    >>> from posenc.torch import position_tensor
-    >>> position_tensor(range(3, 6))
-    tensor([[3, 4, 5]])
-    """
-    if isinstance(positions, range):
-        return torch.arange(positions.start, positions.stop, device=device)[None]
-    return positions if device is None else positions.to(device)
-
-
-def max_position(positions) -> int:
-    """Largest position (``-1`` if empty): static for a ``range``, read from a tensor."""
-    if isinstance(positions, range):
-        return positions.stop - 1
-    return int(positions.max()) if positions.numel() else -1
 
 
 def check_encoding(encoding) -> PositionalEncoding:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from posenc._checks import check_int
-from posenc.torch.base import position_arg
+from posenc.torch.positions import position_arg
 
 __all__ = ["KVCache"]
 

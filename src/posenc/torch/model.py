@@ -183,7 +183,9 @@ class TransformerLM(nn.Module):
                 nxt = self(idx, positions, padding_mask)[:, -1].argmax(-1, keepdim=True)
                 idx = torch.cat([idx, nxt], dim=1)  # (b, n + 1)
                 if padding_mask is not None:
-                    padding_mask = torch.cat([padding_mask, torch.ones_like(nxt, dtype=torch.bool)], 1)
+                    padding_mask = torch.cat(
+                        [padding_mask, torch.ones_like(nxt, dtype=torch.bool)], 1
+                    )
                     positions = torch.cat([positions, positions[:, -1:] + 1], 1)
             return idx
         cache = self.new_cache(b, n + max_new_tokens)

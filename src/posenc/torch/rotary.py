@@ -15,7 +15,8 @@ import posenc
 from posenc._checks import check_int
 from posenc.rotary import PAIRINGS
 from posenc.torch._rope_kernels import cos_sin, rotate
-from posenc.torch.base import PositionalEncoding, max_position, position_arg, position_tensor
+from posenc.torch.base import PositionalEncoding
+from posenc.torch.positions import max_position, position_arg, position_tensor
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
 
@@ -242,7 +243,9 @@ class RotaryEmbedding(PositionalEncoding):
         if self.dynamic:
             return {}
         pos = torch.arange(self.max_len, device="cpu")
-        return {"cos_sin": _table_now(pos, pos, "cpu", self._key, torch.float32)}  # (max_len, r//2, 2)
+        return {
+            "cos_sin": _table_now(pos, pos, "cpu", self._key, torch.float32)
+        }  # (max_len, r//2, 2)
 
     def table(self, positions, dtype=torch.float32, *, length_from=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
