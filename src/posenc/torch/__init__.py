@@ -6,15 +6,21 @@ architecture page.
 """
 
 from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
-from posenc.torch.attention import MultiHeadAttention, attend, attention_mask
+from posenc.torch.attention import attend, attention_mask
 from posenc.torch.base import NoPE, PositionalEncoding
+from posenc.torch.bias import FIRE, KERPLE, ALiBi, T5RelativeBias
 from posenc.torch.cache import KVCache
+from posenc.torch.mha import MultiHeadAttention
 from posenc.torch.model import TransformerLM
 from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
 
 __all__ = [
+    "ALiBi",
+    "FIRE",
+    "KERPLE",
+    "T5RelativeBias",
     "KVCache",
     "LearnedEncoding",
     "MultiHeadAttention",

@@ -6,18 +6,19 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import MultiHeadAttention, _new_cache, plan, share_encoding
+from posenc.torch.attention import check_backend, plan_step
 from posenc.torch.base import PositionalEncoding, check_encoding
 from posenc.torch.cache import KVCache
+from posenc.torch.mha import MultiHeadAttention, _new_cache, share_encoding
 
 __all__ = ["TransformerLM"]
 
 
 class _Block(nn.Module):
-    def __init__(self, dim, heads, kv_heads, bias, encoding, causal):
+    def __init__(self, dim, heads, encoding, **attn_kw):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, heads, kv_heads=kv_heads, bias=bias, causal=causal)
+        self.attn = MultiHeadAttention(dim, heads, **attn_kw)
         share_encoding(self.attn, encoding)  # the model owns it: one state_dict entry
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
@@ -55,6 +56,8 @@ class TransformerLM(nn.Module):
         If given, longer sequences (cache included) raise :class:`ValueError`.
     causal : bool
         Causal self-attention (default) or bidirectional.
+    backend : {"sdpa", "flex"}
+        Attention kernel of every layer (see :func:`~posenc.torch.attend`).
 
     Examples
     --------
@@ -81,17 +84,17 @@ class TransformerLM(nn.Module):
         bias: bool = False,
         max_len: int | None = None,
         causal: bool = True,
+        backend: str = "sdpa",
     ):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=1)
         self.depth = check_int("depth", depth, minimum=1)
         self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
-        self.causal = bool(causal)
         self.encoding = check_encoding(encoding)
+        self.causal, self.backend = bool(causal), check_backend(backend)
+        kw = {"kv_heads": kv_heads, "bias": bias, "causal": causal, "backend": backend}
         self.embed = nn.Embedding(vocab_size, dim)
-        self.blocks = nn.ModuleList(
-            _Block(dim, heads, kv_heads, bias, encoding, causal) for _ in range(depth)
-        )
+        self.blocks = nn.ModuleList(_Block(dim, heads, encoding, **kw) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
 
@@ -140,10 +143,8 @@ class TransformerLM(nn.Module):
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
         x = self.embed(idx)  # (b, n, dim)
-        step = plan(
-            self.encoding, b, n, positions, padding_mask, cache,
-            causal=self.causal, dtype=x.dtype, device=x.device,
-        )  # fmt: skip
+        options = self.blocks[0].attn.plan_options(x)  # causal, heads, backend, dtype, device
+        step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
         x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
         for layer, block in enumerate(self.blocks):
             x = block(x, step, layer)  # (b, n, dim)

@@ -1,0 +1,336 @@
+"""Encodings that act on the scores: ALiBi, T5 relative buckets, KERPLE and FIRE.
+
+Each returns a float32 bias ``(batch|1, heads, seq_q, seq_k)`` from ``score_bias`` (for
+SDPA's float mask) and, for FlexAttention, a ``score_mod`` that computes the same bias
+inside the kernel. Biases depend on ``i - j`` (query minus key position), never on
+absolute slots, so a KV cache and left padding change nothing. Parameters and derived
+tables are used in float32 whatever the module is cast to.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import posenc
+from posenc._checks import check_int, check_positive
+from posenc.torch.base import PositionalEncoding
+from posenc.torch.positions import position_at, position_tensor, relative_positions
+
+__all__ = ["ALiBi", "T5RelativeBias", "KERPLE", "FIRE"]
+
+
+class _ScoreBias(PositionalEncoding):
+    """Plumbing shared by the score encodings: ``forward`` returns the bias."""
+
+    heads: int
+
+    def forward(self, q_positions, k_positions=None):
+        """The bias for these positions (``k_positions`` defaults to ``q_positions``).
+
+        Parameters
+        ----------
+        q_positions : torch.Tensor or range
+            ``(seq_q,)`` / ``(batch, seq_q)`` ints or a ``range``.
+        k_positions : torch.Tensor or range, optional
+            ``(seq_k,)`` / ``(batch, seq_k)`` ints or a ``range``.
+
+        Returns
+        -------
+        torch.Tensor
+            Float32 ``(batch|1, heads, seq_q, seq_k)``.
+        """
+        k_positions = q_positions if k_positions is None else k_positions
+        return self.score_bias(_as_hook_positions(q_positions), _as_hook_positions(k_positions))
+
+    def extra_repr(self):
+        return f"heads={self.heads}"
+
+
+class ALiBi(_ScoreBias):
+    r"""ALiBi (Press et al., 2022): a per-head linear penalty :math:`-m_h (i - j)` on the scores.
+
+    The slopes :math:`m_h` are :func:`posenc.alibi_slopes` (derived state: float32,
+    never in ``state_dict``, and float32 after ``.to(torch.bfloat16)``). The bias is the
+    *relative* form, so it is the same at every position of a KV cache and stays exact
+    near the diagonal in low precision, unlike the ``m_h j`` shortcut.
+
+    Parameters
+    ----------
+    heads : int
+        Number of query heads.
+    symmetric : bool
+        Penalise :math:`|i - j|` (bidirectional attention) instead of :math:`i - j`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import ALiBi
+    >>> ALiBi(2)(range(3))[0, 0]  # slope 1/16 for the first of 2 heads
+    tensor([[-0.0000,  0.0625,  0.1250],
+            [-0.0625, -0.0000,  0.0625],
+            [-0.1250, -0.0625, -0.0000]])
+    """
+
+    _DERIVED = ("slopes",)
+
+    def __init__(self, heads, *, symmetric=False):
+        super().__init__()
+        self.heads = check_int("heads", heads, minimum=1)
+        self.symmetric = bool(symmetric)
+        self._register_derived()
+
+    def _derived_tensors(self):
+        return {"slopes": torch.from_numpy(posenc.alibi_slopes(self.heads)).float()}  # (h,)
+
+    def score_bias(self, q_positions, k_positions):
+        rel = relative_positions(q_positions, k_positions, self.slopes.device).float()
+        dist = rel.abs() if self.symmetric else rel  # (b|1, sq, sk)
+        return -self.slopes[:, None, None] * dist[:, None]  # (b|1, heads, sq, sk)
+
+    def score_mod(self, q_positions, k_positions):
+        slopes, qpos, kpos = self.slopes, position_at(q_positions), position_at(k_positions)
+        symmetric = self.symmetric
+
+        def alibi(score, b, h, q_idx, kv_idx):
+            rel = (qpos(b, q_idx) - kpos(b, kv_idx)).float()
+            return score - slopes[h] * (rel.abs() if symmetric else rel)
+
+        return alibi
+
+    def extra_repr(self):
+        return f"heads={self.heads}, symmetric={self.symmetric}"
+
+
+class T5RelativeBias(_ScoreBias):
+    """T5's learned bias per bucket of relative position (Raffel et al., 2020).
+
+    Buckets are those of :func:`posenc.t5_buckets` (exact below ``num_buckets // 2`` per
+    direction, logarithmic up to ``max_distance``, shared beyond), read from a lookup
+    table over ``key - query`` in ``[-max_distance, max_distance]`` (derived state; larger
+    distances share the last bucket, so clamping is exact). One learned table
+    ``(num_buckets, heads)``, initialised from ``N(0, 0.02^2)``; inside a
+    :class:`~posenc.torch.TransformerLM` it is shared by all layers, as in T5. T5 itself
+    scales scores by 1, not ``1 / sqrt(head_dim)``; this encoding leaves the softmax scale
+    at the attention's default.
+
+    Parameters
+    ----------
+    heads : int
+        Number of query heads.
+    num_buckets : int
+        Number of buckets (even when bidirectional).
+    max_distance : int
+        Distances beyond it share the last bucket; ``> num_buckets // 2``.
+    bidirectional : bool
+        Separate buckets for keys after the query (encoders); default causal.
+
+    Examples
+    --------
+    >>> from posenc.torch import T5RelativeBias
+    >>> t5 = T5RelativeBias(4, num_buckets=8, max_distance=16)
+    >>> t5.bucket.tolist()[:5], t5(range(6)).shape  # key - query = -16 .. -12
+    ([7, 7, 7, 7, 7], torch.Size([1, 4, 6, 6]))
+    """
+
+    _DERIVED = ("bucket",)
+
+    def __init__(self, heads, *, num_buckets=32, max_distance=128, bidirectional=False):
+        super().__init__()
+        self.heads = check_int("heads", heads, minimum=1)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bidirectional = bool(bidirectional)
+        posenc.t5_buckets(0, **self._bucket_args())  # validates num_buckets, max_distance
+        self.table = nn.Parameter(torch.empty(num_buckets, self.heads))
+        self.reset_parameters()
+        self._register_derived()
+
+    def reset_parameters(self):
+        """Draw the table from ``N(0, 0.02^2)``."""
+        nn.init.normal_(self.table, std=0.02)
+
+    def _bucket_args(self):
+        return {
+            "bidirectional": self.bidirectional,
+            "num_buckets": self.num_buckets,
+            "max_distance": self.max_distance,
+        }
+
+    def _derived_tensors(self):
+        rel = torch.arange(-self.max_distance, self.max_distance + 1)
+        return {"bucket": torch.from_numpy(posenc.t5_buckets(rel.numpy(), **self._bucket_args()))}
+
+    def _buckets_of(self, key_minus_query):
+        md = self.max_distance
+        return self.bucket[key_minus_query.clamp(-md, md) + md]
+
+    def score_bias(self, q_positions, k_positions):
+        rel = -relative_positions(q_positions, k_positions, self.bucket.device)  # key - query
+        bias = self.table.float()[self._buckets_of(rel)]  # (b|1, sq, sk, heads)
+        return bias.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
+
+    def score_mod(self, q_positions, k_positions):
+        table, bucket, md = self.table.float(), self.bucket, self.max_distance
+        qpos, kpos = position_at(q_positions), position_at(k_positions)
+
+        def t5(score, b, h, q_idx, kv_idx):
+            rel = (kpos(b, kv_idx) - qpos(b, q_idx)).clamp(-md, md)  # key - query
+            return score + table[bucket[rel + md], h]
+
+        return t5
+
+    def extra_repr(self):
+        return (
+            f"heads={self.heads}, num_buckets={self.num_buckets}, "
+            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+        )
+
+
+class KERPLE(_ScoreBias):
+    r"""KERPLE (Chi et al., 2022): a learned kernel of the distance, per head.
+
+    ``variant="log"``: :math:`-r_1 \log(1 + r_2 |i - j|)`; ``variant="power"``:
+    :math:`-r_1 |i - j|^{r_2}`, :math:`0 < r_2 \le 2`. The constraints hold by construction
+    (softplus, and :math:`2\,\sigma` for the power), so gradients never vanish at a bound as
+    with clamping. Initialised at ALiBi: :math:`r_1 = 1, r_2 = m_h` (log; near ALiBi for
+    small distances) or :math:`r_1 = m_h, r_2 = 1` (power; exactly symmetric ALiBi), with
+    :math:`m_h` the ALiBi slopes.
+
+    Parameters
+    ----------
+    heads : int
+        Number of query heads.
+    variant : {"log", "power"}
+        The kernel.
+
+    Examples
+    --------
+    >>> from posenc.torch import KERPLE
+    >>> KERPLE(1, variant="power")(range(3)).detach()[0, 0]  # initialised at |i - j| / 2**8
+    tensor([[-0.0000, -0.0039, -0.0078],
+            [-0.0039, -0.0000, -0.0039],
+            [-0.0078, -0.0039, -0.0000]])
+    """
+
+    def __init__(self, heads, *, variant="log"):
+        super().__init__()
+        self.heads = check_int("heads", heads, minimum=1)
+        if variant not in ("log", "power"):
+            raise ValueError(f"variant must be one of ('log', 'power'), got {variant!r}")
+        self.variant = variant
+        self.raw_r1 = nn.Parameter(torch.empty(self.heads))
+        self.raw_r2 = nn.Parameter(torch.empty(self.heads))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Initialise at ALiBi (see the class docstring)."""
+        slopes = torch.from_numpy(posenc.alibi_slopes(self.heads))
+        r1, r2 = (torch.ones_like(slopes), slopes) if self.variant == "log" else (slopes, None)
+        with torch.no_grad():
+            self.raw_r1.copy_(_softplus_inverse(r1))
+            if r2 is None:
+                self.raw_r2.zero_()  # 2 * sigmoid(0) = 1
+            else:
+                self.raw_r2.copy_(_softplus_inverse(r2))
+
+    @property
+    def r1(self):
+        """Positive per-head scale ``(heads,)``, float32."""
+        return F.softplus(self.raw_r1.float())
+
+    @property
+    def r2(self):
+        """Per-head rate (log, positive) or exponent (power, in ``(0, 2)``), float32."""
+        raw = self.raw_r2.float()
+        return F.softplus(raw) if self.variant == "log" else 2 * torch.sigmoid(raw)
+
+    def _kernel(self, dist, r1, r2):
+        if self.variant == "log":
+            return -r1 * torch.log1p(r2 * dist)
+        return -r1 * dist**r2
+
+    def score_bias(self, q_positions, k_positions):
+        dist = relative_positions(q_positions, k_positions, self.raw_r1.device).abs().float()
+        r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # (heads, 1, 1)
+        return self._kernel(dist[:, None], r1, r2)  # (b|1, heads, sq, sk)
+
+    def score_mod(self, q_positions, k_positions):
+        r1, r2, qpos, kpos = self.r1, self.r2, position_at(q_positions), position_at(k_positions)
+
+        def kerple(score, b, h, q_idx, kv_idx):
+            dist = (qpos(b, q_idx) - kpos(b, kv_idx)).abs().float()
+            return score + self._kernel(dist, r1[h], r2[h])
+
+        return kerple
+
+    def extra_repr(self):
+        return f"heads={self.heads}, variant={self.variant!r}"
+
+
+class FIRE(_ScoreBias):
+    r"""FIRE (Li et al., 2023): an MLP of the progressively interpolated distance, per head.
+
+    :math:`B_{h,i,j} = f_\theta\big(\psi(|i-j|) / \psi(\max(L, i))\big)` with
+    :math:`\psi(x) = \log(c x + 1)` and :math:`f_\theta` a ReLU MLP (1 -> ``hidden`` ->
+    ``heads``); :math:`c` and :math:`L` are learned (kept positive through their
+    logarithms). The reference is :func:`posenc.fire_bias`. FlexAttention uses the default
+    ``score_mod`` (the bias is materialised: the MLP does not run inside the kernel).
+
+    Parameters
+    ----------
+    heads : int
+        Number of query heads.
+    hidden : int
+        Width of the MLP's hidden layer.
+    c : float
+        Initial :math:`c`.
+    threshold : float
+        Initial :math:`L`.
+
+    Examples
+    --------
+    >>> from posenc.torch import FIRE
+    >>> FIRE(4)(range(5)).shape
+    torch.Size([1, 4, 5, 5])
+    """
+
+    eps = 1e-6
+
+    def __init__(self, heads, *, hidden=32, c=0.1, threshold=512.0):
+        super().__init__()
+        self.heads = check_int("heads", heads, minimum=1)
+        hidden = check_int("hidden", hidden, minimum=1)
+        self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, self.heads))
+        self.log_c = nn.Parameter(torch.tensor(math.log(check_positive("c", c))))
+        threshold = check_positive("threshold", threshold)
+        self.log_threshold = nn.Parameter(torch.tensor(math.log(threshold)))
+
+    def score_bias(self, q_positions, k_positions):
+        device = self.log_c.device
+        rel = relative_positions(q_positions, k_positions, device).float()  # (b|1, sq, sk)
+        query = position_tensor(q_positions, device)[:, :, None].float()  # i: (b|1, sq, 1)
+        c, threshold = self.log_c.float().exp(), self.log_threshold.float().exp()
+        norm = torch.log1p(c * torch.maximum(query, threshold)) + self.eps  # (b|1, sq, 1)
+        x = torch.log1p(c * rel.abs()) / norm  # in [0, 1] for keys at or before the query
+        first, last = self.mlp[0], self.mlp[2]
+        hidden = F.relu(F.linear(x[..., None], first.weight.float(), first.bias.float()))
+        out = F.linear(hidden, last.weight.float(), last.bias.float())  # (b|1, sq, sk, heads)
+        return out.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
+
+    def extra_repr(self):
+        return f"heads={self.heads}, hidden={self.mlp[0].out_features}"
+
+
+def _as_hook_positions(positions):
+    """A ``range`` as is; ints ``(seq,)`` or ``(batch, seq)`` as an int64 2-D tensor."""
+    if isinstance(positions, range):
+        return positions
+    positions = torch.as_tensor(positions)
+    return positions[None] if positions.dim() == 1 else positions
+
+
+def _softplus_inverse(y):
+    return y + torch.log(-torch.expm1(-y))  # softplus(x) = y  <=>  x = y + log(1 - e^-y)

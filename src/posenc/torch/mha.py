@@ -1,0 +1,186 @@
+"""Multi-head attention with a pluggable encoding, grouped-query heads and a KV cache.
+
+Shape legend: ``x`` is ``(batch, seq, dim)``; ``q`` is ``(batch, heads, seq, head_dim)``;
+``k, v`` are ``(batch, kv_heads, seq, head_dim)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc._checks import check_int
+from posenc.torch.attention import _run, check_backend, plan_step
+from posenc.torch.base import NoPE, PositionalEncoding, check_encoding
+from posenc.torch.cache import KVCache
+
+__all__ = ["MultiHeadAttention"]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention with a pluggable encoding, grouped-query heads and a KV cache.
+
+    With ``backend="sdpa"`` the encoding's score bias, the causal mask and the padding mask
+    are merged into one float ``attn_mask`` for
+    :func:`torch.nn.functional.scaled_dot_product_attention`; with ``backend="flex"`` the
+    bias is the encoding's FlexAttention ``score_mod`` (see :func:`~posenc.torch.attend`).
+
+    Parameters
+    ----------
+    dim : int
+        Model width; must be divisible by ``heads``.
+    heads : int
+        Number of query heads; ``head_dim = dim // heads``.
+    kv_heads : int, optional
+        Number of key/value heads (grouped-query attention); must divide ``heads``.
+        Default ``heads`` (multi-head attention); 1 is multi-query attention.
+    bias : bool
+        Bias in the projections.
+    encoding : PositionalEncoding, optional
+        Supplies ``encode_qk``, ``score_bias`` and ``softmax_scale``; default :class:`NoPE`.
+    causal : bool
+        If true, each query attends to keys at or before its own slot.
+    backend : {"sdpa", "flex"}
+        The attention kernel (``"flex"``: inference only on the CPU).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import MultiHeadAttention
+    >>> attn = MultiHeadAttention(16, 4, kv_heads=2)
+    >>> x = torch.randn(2, 5, 16)
+    >>> attn(x).shape
+    torch.Size([2, 5, 16])
+    >>> cache = attn.new_cache(2, max_len=8)
+    >>> y = attn(x[:, :4], cache=cache)  # prefill 4 tokens
+    >>> y = attn(x[:, 4:], cache=cache)  # then one more at position 4
+    >>> len(cache)
+    5
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        kv_heads: int | None = None,
+        bias: bool = False,
+        encoding: PositionalEncoding | None = None,
+        causal: bool = True,
+        backend: str = "sdpa",
+    ):
+        super().__init__()
+        self.dim = check_int("dim", dim, minimum=1)
+        self.heads = check_int("heads", heads, minimum=1)
+        if dim % heads:
+            raise ValueError(f"dim must be divisible by heads={heads}, got dim={dim}")
+        self.kv_heads = heads if kv_heads is None else check_int("kv_heads", kv_heads, minimum=1)
+        if heads % self.kv_heads:
+            raise ValueError(f"kv_heads must divide heads={heads}, got kv_heads={self.kv_heads}")
+        self.head_dim = dim // heads
+        self.encoding = NoPE() if encoding is None else check_encoding(encoding)
+        self.causal = bool(causal)
+        self.backend = check_backend(backend)
+        self.qkv = nn.Linear(dim, (heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
+        self.out = nn.Linear(dim, dim, bias=bias)
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        """An empty one-layer :class:`~posenc.torch.KVCache` in this module's dtype and device.
+
+        Parameters
+        ----------
+        batch : int
+            Batch size of the calls that will use it.
+        max_len : int
+            Capacity in tokens.
+
+        Returns
+        -------
+        posenc.torch.KVCache
+            Pass it as ``cache=`` to ``forward``.
+        """
+        return _new_cache(self, 1, batch, max_len)
+
+    def forward(self, x, positions=None, padding_mask=None, *, cache=None):
+        """Attend over ``x`` (and over the cached tokens, if a cache is given).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Input, shape ``(batch, seq, dim)``.
+        positions : torch.Tensor or range, optional
+            Int positions ``(seq,)`` or ``(batch, seq)`` of the new tokens. Default
+            ``0 .. seq - 1``, or with a cache: one past each row's last cached position (the
+            cache's length when it was filled with default positions).
+        padding_mask : torch.Tensor, optional
+            Bool ``(batch, seq)``, ``True`` for real tokens. Padding keys get no weight,
+            now and, when cached, in every later step.
+        cache : posenc.torch.KVCache, optional
+            From :meth:`new_cache`; the new keys and values are appended to it.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(batch, seq, dim)``.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(
+                f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
+            )
+        step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
+                         **self.plan_options(x))  # fmt: skip
+        return self._attend_step(x, step, layer=0)
+
+    def plan_options(self, x):
+        """Keyword arguments of the step planning for input ``x`` (shared with the model)."""
+        return {
+            "causal": self.causal, "heads": self.heads, "backend": self.backend,
+            "dtype": x.dtype, "device": x.device,
+        }  # fmt: skip
+
+    def _attend_step(self, x, step, layer: int) -> torch.Tensor:
+        """Attention for one model step whose positions, cache slots and mask are planned.
+
+        ``x`` is ``(batch, seq, dim)``; ``step`` comes from ``plan`` and is shared by all
+        layers of the step; ``layer`` indexes this layer in the step's cache.
+        """
+        b, n, _ = x.shape
+        h, kvh, hd = self.heads, self.kv_heads, self.head_dim
+        q, k, v = self.qkv(x).view(b, n, h + 2 * kvh, hd).split([h, kvh, kvh], dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (b, h|kvh, n, hd)
+        enc, cache = self.encoding, step.cache
+        inplace = not (torch.is_grad_enabled() and q.requires_grad)  # q, k are ours alone
+        if cache is None:
+            q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions, inplace=inplace)
+        elif enc.caches_encoded_keys:
+            q, k = enc.encode_qk(q, k, step.q_positions, step.q_positions, inplace=inplace)
+            k, v = cache._store(layer, step.start, k, v)  # (b, kvh, n_keys, ·)
+        else:  # the cache keeps raw keys; all of them are encoded for this step
+            k, v = cache._store(layer, step.start, k, v)  # (b, kvh, n_keys, hd)
+            q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions)
+        y = _run(q, k, v, step, enc.softmax_scale(hd))  # (b, h, n, hd)
+        return self.out(y.transpose(1, 2).reshape(b, n, h * hd))  # (b, n, dim)
+
+    def extra_repr(self):
+        return (
+            f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
+            f"causal={self.causal}, backend={self.backend!r}"
+        )
+
+
+def _new_cache(module, layers, batch, max_len):
+    """A cache sized for ``module`` (an attention layer or a model holding them)."""
+    attn = module if isinstance(module, MultiHeadAttention) else module.blocks[0].attn
+    enc, hd = attn.encoding, attn.head_dim
+    key_dim = enc.qk_dim(hd) if enc.caches_encoded_keys else hd
+    weight = attn.qkv.weight
+    return KVCache(
+        layers=layers, batch=batch, max_len=max_len, kv_heads=attn.kv_heads,
+        key_dim=key_dim, value_dim=hd, dtype=weight.dtype, device=weight.device,
+    )  # fmt: skip
+
+
+def share_encoding(attn: MultiHeadAttention, encoding: PositionalEncoding) -> None:
+    """Let ``attn`` use ``encoding`` without owning it: one copy in the model's state_dict."""
+    attn._modules.pop("encoding", None)
+    attn.__dict__["encoding"] = check_encoding(encoding)
