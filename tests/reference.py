@@ -33,10 +33,13 @@ def linear(x, lin):
     return y if lin.bias is None else y + _np(lin.bias)
 
 
-def mha(attn, x, positions, padding_mask=None, *, rope=None, bias=None, causal=True):
+def mha(
+    attn, x, positions, padding_mask=None, *, rope=None, encode_qk=None, bias=None, causal=True
+):
     """``attn`` on ``x`` (batch, seq, dim); ``positions`` int (batch, seq).
 
     ``rope``: keyword arguments of :func:`posenc.rope` to rotate q and k with;
+    ``encode_qk``: a function ``(q, k, positions (batch, 1, seq)) -> (q, k)`` instead;
     ``bias``: a function ``(q_pos, k_pos) -> (batch|1, heads|1, seq, seq)`` added to scores.
     """
     b, n, _ = x.shape
@@ -47,6 +50,8 @@ def mha(attn, x, positions, padding_mask=None, *, rope=None, bias=None, causal=T
     k, v = (np.repeat(t, h // kvh, axis=1) for t in (k, v))  # query head i uses kv i // g
     if rope is not None:
         q, k = (posenc.rope(t, positions[:, None, :], **rope) for t in (q, k))
+    if encode_qk is not None:
+        q, k = encode_qk(q, k, positions[:, None, :])
     allowed = posenc.causal_mask(n) if causal else np.ones((n, n), bool)
     allowed = np.broadcast_to(allowed, (b, 1, n, n))
     if padding_mask is not None:
@@ -56,10 +61,11 @@ def mha(attn, x, positions, padding_mask=None, *, rope=None, bias=None, causal=T
     return linear(out.transpose(0, 2, 1, 3).reshape(b, n, h * hd), attn.out)
 
 
-def lm(model, idx, positions=None, padding_mask=None, *, table=None, rope=None, bias=None):
+def lm(model, idx, positions=None, padding_mask=None, *, table=None, **encoding):
     """Logits of ``model`` (a TransformerLM) for ``idx`` (batch, seq), in float64 NumPy.
 
-    ``table``: the absolute table added to the embeddings (rows by position), if any.
+    ``table``: the absolute table added to the embeddings (rows by position), if any;
+    ``encoding``: keyword arguments of :func:`mha` (``rope``, ``encode_qk``, ``bias``).
     """
     idx = np.asarray(idx)
     b, n = idx.shape
@@ -70,7 +76,7 @@ def lm(model, idx, positions=None, padding_mask=None, *, table=None, rope=None, 
     for block in model.blocks:
         x = x + mha(
             block.attn, layer_norm(x, block.norm1), positions, padding_mask,
-            rope=rope, bias=bias, causal=model.causal,
+            causal=model.causal, **encoding,
         )  # fmt: skip
         hidden = gelu(linear(layer_norm(x, block.norm2), block.mlp[0]))
         x = x + linear(hidden, block.mlp[2])

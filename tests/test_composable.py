@@ -11,13 +11,18 @@ import torch
 import posenc
 from posenc.scaling import DynamicNTK
 from posenc.torch import (
+    FIRE,
+    KERPLE,
+    ALiBi,
     LearnedEncoding,
     MultiHeadAttention,
     NoPE,
     PositionalEncoding,
     RotaryEmbedding,
     SinusoidalEncoding,
+    T5RelativeBias,
     TransformerLM,
+    XPos,
     apply_rope,
     position_tensor,
 )
@@ -37,6 +42,11 @@ ENCODINGS = {
     "rope_interleaved": lambda: RotaryEmbedding(8, pairing="interleaved", max_len=64),
     "rope_dynamic": lambda: RotaryEmbedding(8, scaling=DynamicNTK(2.0, 8), max_len=64),
     "score_bias": DistancePenalty,
+    "alibi": lambda: ALiBi(4),
+    "t5": lambda: T5RelativeBias(4, num_buckets=8, max_distance=16),
+    "kerple": lambda: KERPLE(4),
+    "fire": lambda: FIRE(4, hidden=8),
+    "xpos": lambda: XPos(8, max_len=64),
 }
 
 

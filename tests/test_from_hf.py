@@ -568,7 +568,10 @@ def test_rotary_embedding_from_hf_builds_the_module():
     rot = RotaryEmbedding.from_hf(cfg)
     kwargs = from_hf(cfg)
     assert (rot.head_dim, rot.base, rot.scaling, rot.max_len) == (
-        kwargs["head_dim"], kwargs["base"], kwargs["scaling"], kwargs["max_len"],
-    )  # fmt: skip
+        kwargs["head_dim"],
+        kwargs["base"],
+        kwargs["scaling"],
+        kwargs["max_len"],
+    )
     assert rot.pairing == "half" and rot.scale == pytest.approx(1.1902, abs=1e-4)
     assert RotaryEmbedding.from_hf(cfg, pairing="interleaved", max_len=64).max_len == 64

@@ -13,13 +13,18 @@ import torch
 import posenc
 from posenc.scaling import DynamicNTK, LongRoPE
 from posenc.torch import (
+    FIRE,
+    KERPLE,
+    ALiBi,
     LearnedEncoding,
     MultiHeadAttention,
     NoPE,
     PositionalEncoding,
     RotaryEmbedding,
     SinusoidalEncoding,
+    T5RelativeBias,
     TransformerLM,
+    XPos,
     attend,
     position_tensor,
 )
@@ -44,38 +49,83 @@ ROPE_SHORT = tuple(1.0 + 0.1 * np.arange(3))  # one factor per rotated pair (rot
 ROPE_LONG = tuple(2.0 + 0.5 * np.arange(3))
 LONG = LongRoPE(ROPE_SHORT, ROPE_LONG, 4, 4.0)  # original length 4: long for every test here
 
-# name -> (encoding factory, NumPy reference keyword arguments)
+
+def _np(t):
+    return t.detach().double().numpy()
+
+
+def _t5_bias(enc):
+    def bias(qp, kp):
+        rel = kp[:, None, :] - qp[:, :, None]  # key - query
+        buckets = posenc.t5_buckets(rel, bidirectional=False, num_buckets=16, max_distance=20)
+        return _np(enc.weight)[buckets].transpose(0, 3, 1, 2)  # (b, heads, sq, sk)
+
+    return bias
+
+
+def _fire_bias(enc):
+    first, last = enc.mlp[0], enc.mlp[2]
+    weights = {
+        "c": enc.log_c.exp().item(),
+        "threshold": enc.log_threshold.exp().item(),
+        "w1": _np(first.weight)[:, 0],
+        "b1": _np(first.bias),
+        "w2": _np(last.weight),
+        "b2": _np(last.bias),
+    }
+    return lambda qp, kp: posenc.fire_bias(qp, kp, **weights)
+
+
+def _xpos(q, k, pos):
+    return posenc.xpos(q, pos, scale_base=32.0), posenc.xpos(k, pos, scale_base=32.0, key=True)
+
+
+# name -> (encoding factory, NumPy reference keyword arguments of reference.lm, given the encoding)
 ENCODINGS = {
-    "nope": (NoPE, {}),
+    "nope": (NoPE, lambda enc: {}),
     "sinusoidal": (
         lambda: SinusoidalEncoding(DIM, max_len=MAX),
-        {"table": posenc.sinusoidal(MAX, DIM)},
+        lambda enc: {"table": posenc.sinusoidal(MAX, DIM)},
     ),
-    "learned": (lambda: LearnedEncoding(MAX, DIM), {}),
-    "rope_half": (lambda: RotaryEmbedding(HD, max_len=MAX), {"rope": {}}),
+    "learned": (lambda: LearnedEncoding(MAX, DIM), lambda enc: {"table": _np(enc.weight)}),
+    "rope_half": (lambda: RotaryEmbedding(HD, max_len=MAX), lambda enc: {"rope": {}}),
     "rope_interleaved": (
         lambda: RotaryEmbedding(HD, pairing="interleaved", max_len=MAX),
-        {"rope": {"pairing": "interleaved"}},
+        lambda enc: {"rope": {"pairing": "interleaved"}},
     ),
     "rope_longrope": (
         lambda: RotaryEmbedding(HD, scaling=LONG, rotary_dim=6, max_len=MAX),
-        {"rope": {"scaling": LONG, "rotary_dim": 6}},
+        lambda enc: {"rope": {"scaling": LONG, "rotary_dim": 6}},
     ),
-    "score_bias": (DistancePenalty, {"bias": np_bias}),
+    "xpos": (lambda: XPos(HD, scale_base=32.0, max_len=MAX), lambda enc: {"encode_qk": _xpos}),
+    "score_bias": (DistancePenalty, lambda enc: {"bias": np_bias}),
+    "alibi": (
+        lambda: ALiBi(HEADS),
+        lambda enc: {"bias": lambda q, k: posenc.alibi_bias(posenc.alibi_slopes(HEADS), q, k)},
+    ),
+    "t5": (
+        lambda: T5RelativeBias(HEADS, num_buckets=16, max_distance=20),
+        lambda enc: {"bias": _t5_bias(enc)},
+    ),
+    "kerple": (
+        lambda: KERPLE(HEADS),
+        lambda enc: {
+            "bias": lambda q, k: posenc.kerple_bias(q, k, _np(enc.r1), _np(enc.r2), variant="log")
+        },
+    ),
+    "fire": (lambda: FIRE(HEADS, hidden=8, threshold=6.0), lambda enc: {"bias": _fire_bias(enc)}),
 }
 
 
-def make_lm(name, depth=2, seed=0):
+def make_lm(name, depth=2, seed=0, backend="sdpa"):
     torch.manual_seed(seed)
     enc = ENCODINGS[name][0]()
-    return TransformerLM(V, DIM, depth, HEADS, kv_heads=KV, encoding=enc).double().eval()
+    lm = TransformerLM(V, DIM, depth, HEADS, kv_heads=KV, encoding=enc, backend=backend)
+    return lm.double().eval()
 
 
 def reference_kwargs(name, lm):
-    kw = dict(ENCODINGS[name][1])
-    if name == "learned":
-        kw["table"] = lm.encoding.weight.detach().double().numpy()
-    return kw
+    return ENCODINGS[name][1](lm.encoding)
 
 
 def decode(lm, idx, prefill, positions=None, padding_mask=None, *, pass_positions=False):
@@ -209,3 +259,15 @@ def test_cache_bad_input():
         small(torch.zeros(1, 2, dtype=torch.long), cache=c)
     cache.reset()
     assert len(cache) == 0
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", ["alibi", "rope_half", "t5"])
+def test_flex_backend_cached_decode_equals_sdpa_full_forward(name):
+    lm = make_lm(name, backend="flex").float()  # FlexAttention runs float32 here
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        flex_cached = decode(lm, idx, 7, LEFT_POS, LEFT_PAD)
+        lm.blocks.apply(lambda m: setattr(m, "backend", "sdpa") if hasattr(m, "backend") else None)
+        sdpa_full = lm(idx, LEFT_POS, LEFT_PAD)
+    torch.testing.assert_close(flex_cached, sdpa_full, rtol=1e-4, atol=1e-4)

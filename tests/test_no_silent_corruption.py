@@ -10,12 +10,17 @@ import torch
 
 import posenc
 from posenc.torch import (
+    FIRE,
+    KERPLE,
+    ALiBi,
     LearnedEncoding,
     MultiHeadAttention,
     NoPE,
     RotaryEmbedding,
     SinusoidalEncoding,
+    T5RelativeBias,
     TransformerLM,
+    XPos,
     apply_rope,
 )
 
@@ -58,6 +63,11 @@ ENCODINGS = {
     "learned": lambda: LearnedEncoding(32, 16),
     "rope_half": lambda: RotaryEmbedding(4, max_len=32),
     "rope_interleaved": lambda: RotaryEmbedding(4, pairing="interleaved", max_len=32),
+    "xpos": lambda: XPos(4, max_len=32),
+    "alibi": lambda: ALiBi(4),
+    "t5": lambda: T5RelativeBias(4, num_buckets=8, max_distance=16),
+    "kerple": lambda: KERPLE(4, variant="power"),
+    "fire": lambda: FIRE(4, hidden=8),
 }
 
 
@@ -87,7 +97,8 @@ def test_state_dict_keys_unique_no_derived_tables_and_safetensors_round_trip(nam
     sd = lm.state_dict()
     ptrs = [t.data_ptr() for t in sd.values()]
     assert len(set(ptrs)) == len(ptrs)  # no tensor saved twice (a shared encoding once)
-    assert not [k for k in sd if k.endswith(("cos_sin", ".table"))]  # derived: never saved
+    derived = ("cos_sin", "encoding.table", "slopes", "bucket", "log_zeta")
+    assert not [k for k in sd if k.endswith(derived)]  # derived: never saved
     assert not [k for k in sd if ".attn.encoding" in k]  # the model owns its encoding
     assert lm.blocks[0].attn.encoding is lm.encoding and lm.blocks[1].attn.encoding is lm.encoding
     path = tmp_path / "lm.safetensors"

@@ -22,7 +22,7 @@ from posenc.absolute import (
 )
 from posenc.attention import attention, causal_mask, permutation_matrix
 from posenc.bias import alibi_bias, alibi_slopes, fire_bias, kerple_bias, t5_buckets
-from posenc.rotary import rope, rope_frequencies
+from posenc.rotary import rope, rope_frequencies, xpos, xpos_decay
 
 __all__ = [
     "alibi_bias",
@@ -41,5 +41,7 @@ __all__ = [
     "sinusoidal_dot",
     "t5_buckets",
     "wavelengths",
+    "xpos",
+    "xpos_decay",
 ]
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ from posenc.torch.model import TransformerLM
 from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
+from posenc.torch.xpos import XPos
 
 __all__ = [
     "ALiBi",
@@ -29,6 +30,7 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalEncoding",
     "TransformerLM",
+    "XPos",
     "apply_rope",
     "as_positions",
     "attend",

@@ -113,16 +113,23 @@ def _flex_attention():
     if torch.compiler.is_compiling():  # already inside the user's torch.compile
         return flex_attention
     if "fn" not in _FLEX:
-        _FLEX["fn"] = torch.compile(flex_attention)
+        # Static shapes: inductor's CPU flex lowering fails on symbolic ones (torch 2.13). Each
+        # new shape or score_mod compiles once; past dynamo's default limit of 8 it would fall
+        # back to the eager kernel (slow, materialised scores), so allow more.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"]
 
 
-def flex_plan(encoding, q_positions, k_positions, *, causal, key_valid=None, device=None):
+def flex_plan(
+    encoding, q_positions, k_positions, *, causal, key_valid=None, q_start=None, device=None
+):
     """The encoding's ``score_mod`` and a causal/padding ``BlockMask`` for FlexAttention.
 
     Same semantics as :func:`attention_mask`: causal aligned to the end, padding keys
-    hidden except a query's own slot. The slot offset is a tensor, so the compiled kernel
-    is reused as the cache grows.
+    hidden except a query's own slot. With a KV cache the keys are the whole preallocated
+    buffer (static shapes: the compiled kernel is reused at every step), ``key_valid``
+    hides the unfilled slots and ``q_start`` says which slot the first query is.
 
     Parameters
     ----------
@@ -134,6 +141,8 @@ def flex_plan(encoding, q_positions, k_positions, *, causal, key_valid=None, dev
         Causal attention.
     key_valid : torch.Tensor, optional
         Bool ``(batch, seq_k)``.
+    q_start : int, optional
+        Key slot of the first query; default ``seq_k - seq_q`` (the queries are the last).
     device : torch.device, optional
         Where the block mask lives.
 
@@ -150,7 +159,7 @@ def flex_plan(encoding, q_positions, k_positions, *, causal, key_valid=None, dev
     score_mod = encoding.score_mod(q_positions, k_positions)
     if not causal and key_valid is None:
         return score_mod, None
-    offset = torch.tensor(seq_k - seq_q, device=device)
+    offset = torch.tensor(seq_k - seq_q if q_start is None else q_start, device=device)
 
     def visible(b, h, q_idx, kv_idx):
         slot = q_idx + offset
@@ -194,6 +203,7 @@ class Step:
     is_causal: bool = False  # sdpa
     score_mod: object = None  # flex
     block_mask: object = None  # flex
+    full_kv: bool = False  # flex with a cache: attend over the whole cache buffer
 
 
 def check_backend(backend):
@@ -212,9 +222,9 @@ def check_padding_mask(padding_mask, batch, seq):
 
 
 def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backend, dtype, device,
-         cache=None, start=0) -> Step:  # fmt: skip
+         cache=None, start=0, full_kv=False) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers."""
-    step = Step(q_positions, k_positions, cache, start, backend)
+    step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
     if backend == "sdpa":
         step.mask, step.is_causal = attention_mask(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
@@ -222,8 +232,9 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
         )  # fmt: skip
     else:
         step.score_mod, step.block_mask = flex_plan(
-            encoding, q_positions, k_positions, causal=causal, key_valid=key_valid, device=device
-        )
+            encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
+            q_start=start if full_kv else None, device=device,
+        )  # fmt: skip
     return step
 
 
@@ -231,12 +242,16 @@ def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
     """Positions and cache slots of ``n`` new tokens, then :func:`plan` (for modules)."""
     if padding_mask is not None:
         check_padding_mask(padding_mask, batch, n)
+    full_kv = False
     if cache is None:
         q_pos = k_pos = position_arg(positions, batch, n)
         start, key_valid = 0, padding_mask
     else:
         start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
-    return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start, **kw)
+        if kw["backend"] == "flex":  # static shapes: every slot, unfilled ones hidden
+            full_kv, k_pos, key_valid = True, cache.positions, cache.valid
+    return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start,
+                full_kv=full_kv, **kw)  # fmt: skip
 
 
 def attend(

@@ -208,10 +208,23 @@ class PositionalEncoding(nn.Module):
         for name, table in self._derived_tensors().items():
             self.register_buffer(name, table.to(device), persistent=False)
 
+    @property
+    def work_dtype(self) -> torch.dtype:
+        """Dtype the encoding computes its tables and biases in: float64 after ``.double()``
+        (or with float64 as torch's default dtype at construction), else float32 -- never
+        lower, whatever the module is cast to."""
+        work = self.__dict__.get("_work")
+        if work is None:
+            default = torch.get_default_dtype()
+            work = torch.float64 if default == torch.float64 else torch.float32
+        return work
+
     def _apply(self, fn, recurse=True):
         # .to(), .half(), .cuda(), to_empty() ... all land here: let torch move everything,
         # then rebuild the derived tables exactly, in their own dtype, on the new device.
         super()._apply(fn, recurse)
+        probe = fn(torch.zeros((), dtype=torch.float32))  # what the move does to float32
+        self.__dict__["_work"] = torch.float64 if probe.dtype == torch.float64 else torch.float32
         present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
         if present:
             self._register_derived(present[0].device)

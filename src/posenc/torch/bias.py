@@ -1,16 +1,17 @@
 """Encodings that act on the scores: ALiBi, T5 relative buckets, KERPLE and FIRE.
 
-Each returns a float32 bias ``(batch|1, heads, seq_q, seq_k)`` from ``score_bias`` (for
-SDPA's float mask) and, for FlexAttention, a ``score_mod`` that computes the same bias
-inside the kernel. Biases depend on ``i - j`` (query minus key position), never on
-absolute slots, so a KV cache and left padding change nothing. Parameters and derived
-tables are used in float32 whatever the module is cast to.
+Each returns a bias ``(batch|1, heads, seq_q, seq_k)`` from ``score_bias`` (for SDPA's
+float mask) and, for FlexAttention, a ``score_mod`` that computes the same bias inside the
+kernel. Biases depend on ``i - j`` (query minus key position), never on absolute slots, so
+a KV cache and left padding change nothing. They are computed in the encoding's
+``work_dtype``: float32 whatever the module is cast to (float64 after ``.double()``).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,8 +54,9 @@ class _ScoreBias(PositionalEncoding):
 class ALiBi(_ScoreBias):
     r"""ALiBi (Press et al., 2022): a per-head linear penalty :math:`-m_h (i - j)` on the scores.
 
-    The slopes :math:`m_h` are :func:`posenc.alibi_slopes` (derived state: float32,
-    never in ``state_dict``, and float32 after ``.to(torch.bfloat16)``). The bias is the
+    The slopes :math:`m_h` are :func:`posenc.alibi_slopes` (derived state: float64,
+    never in ``state_dict``, and never cast down by ``.to(torch.bfloat16)``); the bias is
+    computed in float32 (float64 after ``.double()``). It is the
     *relative* form, so it is the same at every position of a KV cache and stays exact
     near the diagonal in low precision, unlike the ``m_h j`` shortcut.
 
@@ -84,15 +86,16 @@ class ALiBi(_ScoreBias):
         self._register_derived()
 
     def _derived_tensors(self):
-        return {"slopes": torch.from_numpy(posenc.alibi_slopes(self.heads)).float()}  # (h,)
+        return {"slopes": torch.from_numpy(posenc.alibi_slopes(self.heads))}  # float64 (h,)
 
     def score_bias(self, q_positions, k_positions):
-        rel = relative_positions(q_positions, k_positions, self.slopes.device).float()
+        work = self.work_dtype
+        rel = relative_positions(q_positions, k_positions, self.slopes.device).to(work)
         dist = rel.abs() if self.symmetric else rel  # (b|1, sq, sk)
-        return -self.slopes[:, None, None] * dist[:, None]  # (b|1, heads, sq, sk)
+        return -self.slopes.to(work)[:, None, None] * dist[:, None]  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
-        slopes, qpos, kpos = self.slopes, position_at(q_positions), position_at(k_positions)
+        slopes, qpos, kpos = self.slopes.float(), position_at(q_positions), position_at(k_positions)
         symmetric = self.symmetric
 
         def alibi(score, b, h, q_idx, kv_idx):
@@ -111,7 +114,7 @@ class T5RelativeBias(_ScoreBias):
     Buckets are those of :func:`posenc.t5_buckets` (exact below ``num_buckets // 2`` per
     direction, logarithmic up to ``max_distance``, shared beyond), read from a lookup
     table over ``key - query`` in ``[-max_distance, max_distance]`` (derived state; larger
-    distances share the last bucket, so clamping is exact). One learned table
+    distances share the last bucket, so clamping is exact). One learned table ``weight``
     ``(num_buckets, heads)``, initialised from ``N(0, 0.02^2)``; inside a
     :class:`~posenc.torch.TransformerLM` it is shared by all layers, as in T5. T5 itself
     scales scores by 1, not ``1 / sqrt(head_dim)``; this encoding leaves the softmax scale
@@ -144,13 +147,13 @@ class T5RelativeBias(_ScoreBias):
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.bidirectional = bool(bidirectional)
         posenc.t5_buckets(0, **self._bucket_args())  # validates num_buckets, max_distance
-        self.table = nn.Parameter(torch.empty(num_buckets, self.heads))
+        self.weight = nn.Parameter(torch.empty(num_buckets, self.heads))
         self.reset_parameters()
         self._register_derived()
 
     def reset_parameters(self):
         """Draw the table from ``N(0, 0.02^2)``."""
-        nn.init.normal_(self.table, std=0.02)
+        nn.init.normal_(self.weight, std=0.02)
 
     def _bucket_args(self):
         return {
@@ -160,8 +163,8 @@ class T5RelativeBias(_ScoreBias):
         }
 
     def _derived_tensors(self):
-        rel = torch.arange(-self.max_distance, self.max_distance + 1)
-        return {"bucket": torch.from_numpy(posenc.t5_buckets(rel.numpy(), **self._bucket_args()))}
+        rel = np.arange(-self.max_distance, self.max_distance + 1)  # key - query
+        return {"bucket": torch.from_numpy(posenc.t5_buckets(rel, **self._bucket_args()))}
 
     def _buckets_of(self, key_minus_query):
         md = self.max_distance
@@ -169,11 +172,11 @@ class T5RelativeBias(_ScoreBias):
 
     def score_bias(self, q_positions, k_positions):
         rel = -relative_positions(q_positions, k_positions, self.bucket.device)  # key - query
-        bias = self.table.float()[self._buckets_of(rel)]  # (b|1, sq, sk, heads)
+        bias = self.weight.to(self.work_dtype)[self._buckets_of(rel)]  # (b|1, sq, sk, heads)
         return bias.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
-        table, bucket, md = self.table.float(), self.bucket, self.max_distance
+        table, bucket, md = self.weight.float(), self.bucket, self.max_distance
         qpos, kpos = position_at(q_positions), position_at(k_positions)
 
         def t5(score, b, h, q_idx, kv_idx):
@@ -238,31 +241,33 @@ class KERPLE(_ScoreBias):
 
     @property
     def r1(self):
-        """Positive per-head scale ``(heads,)``, float32."""
-        return F.softplus(self.raw_r1.float())
+        """Positive per-head scale ``(heads,)``, in :attr:`work_dtype`."""
+        return F.softplus(self.raw_r1.to(self.work_dtype))
 
     @property
     def r2(self):
-        """Per-head rate (log, positive) or exponent (power, in ``(0, 2)``), float32."""
-        raw = self.raw_r2.float()
+        """Per-head rate (log, positive) or exponent (power, in ``(0, 2)``)."""
+        raw = self.raw_r2.to(self.work_dtype)
         return F.softplus(raw) if self.variant == "log" else 2 * torch.sigmoid(raw)
 
     def _kernel(self, dist, r1, r2):
-        if self.variant == "log":
-            return -r1 * torch.log1p(r2 * dist)
-        return -r1 * dist**r2
+        return _kerple(self.variant, dist, r1, r2)
 
     def score_bias(self, q_positions, k_positions):
-        dist = relative_positions(q_positions, k_positions, self.raw_r1.device).abs().float()
+        dist = relative_positions(q_positions, k_positions, self.raw_r1.device).abs()
+        dist = dist.to(self.work_dtype)
         r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # (heads, 1, 1)
         return self._kernel(dist[:, None], r1, r2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
-        r1, r2, qpos, kpos = self.r1, self.r2, position_at(q_positions), position_at(k_positions)
+        r1, r2 = self.r1.float(), self.r2.float()
+        qpos, kpos = position_at(q_positions), position_at(k_positions)
+
+        variant = self.variant
 
         def kerple(score, b, h, q_idx, kv_idx):
             dist = (qpos(b, q_idx) - kpos(b, kv_idx)).abs().float()
-            return score + self._kernel(dist, r1[h], r2[h])
+            return score + _kerple(variant, dist, r1[h], r2[h])
 
         return kerple
 
@@ -309,19 +314,23 @@ class FIRE(_ScoreBias):
         self.log_threshold = nn.Parameter(torch.tensor(math.log(threshold)))
 
     def score_bias(self, q_positions, k_positions):
-        device = self.log_c.device
-        rel = relative_positions(q_positions, k_positions, device).float()  # (b|1, sq, sk)
-        query = position_tensor(q_positions, device)[:, :, None].float()  # i: (b|1, sq, 1)
-        c, threshold = self.log_c.float().exp(), self.log_threshold.float().exp()
+        device, work = self.log_c.device, self.work_dtype
+        rel = relative_positions(q_positions, k_positions, device).to(work)  # (b|1, sq, sk)
+        query = position_tensor(q_positions, device)[:, :, None].to(work)  # i: (b|1, sq, 1)
+        c, threshold = self.log_c.to(work).exp(), self.log_threshold.to(work).exp()
         norm = torch.log1p(c * torch.maximum(query, threshold)) + self.eps  # (b|1, sq, 1)
         x = torch.log1p(c * rel.abs()) / norm  # in [0, 1] for keys at or before the query
         first, last = self.mlp[0], self.mlp[2]
-        hidden = F.relu(F.linear(x[..., None], first.weight.float(), first.bias.float()))
-        out = F.linear(hidden, last.weight.float(), last.bias.float())  # (b|1, sq, sk, heads)
+        hidden = F.relu(F.linear(x[..., None], first.weight.to(work), first.bias.to(work)))
+        out = F.linear(hidden, last.weight.to(work), last.bias.to(work))  # (b|1, sq, sk, heads)
         return out.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
 
     def extra_repr(self):
         return f"heads={self.heads}, hidden={self.mlp[0].out_features}"
+
+
+def _kerple(variant, dist, r1, r2):
+    return -r1 * torch.log1p(r2 * dist) if variant == "log" else -r1 * dist**r2
 
 
 def _as_hook_positions(positions):

@@ -51,7 +51,8 @@ class KVCache:
     positions : torch.Tensor
         Int64 ``(batch, max_len)``: the position each cached token was encoded at.
     valid : torch.Tensor
-        Bool ``(batch, max_len)``: ``False`` where a cached token is padding.
+        Bool ``(batch, max_len)``: ``True`` where a real token is cached (``False`` for
+        padding and for unfilled slots).
     length : int
         Number of filled slots.
 
@@ -79,7 +80,7 @@ class KVCache:
             torch.zeros(batch, kv_heads, max_len, value_dim, **kw) for _ in range(layers)
         ]
         self.positions = torch.zeros(batch, max_len, dtype=torch.long, device=device)
-        self.valid = torch.ones(batch, max_len, dtype=torch.bool, device=device)
+        self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
         self.reset()
 
     def reset(self) -> None:
@@ -87,7 +88,8 @@ class KVCache:
         self.length = 0
         self.padded = False  # was a padding mask ever given?
         self.contiguous = True  # are the positions 0 .. length - 1 in every row?
-        self.valid.fill_(True)
+        self.valid.fill_(False)
+        self.positions.zero_()
 
     def __len__(self) -> int:
         return self.length
@@ -120,7 +122,9 @@ class KVCache:
             self.positions[:, start:stop] = torch.arange(start, stop, device=self.positions.device)
         else:
             self.positions[:, start:stop] = q_pos.to(self.positions.device)
-        if padding_mask is not None:
+        if padding_mask is None:
+            self.valid[:, start:stop] = True
+        else:
             self.valid[:, start:stop] = padding_mask.to(self.valid.device)
             self.padded = True
         self.length = stop
@@ -128,8 +132,11 @@ class KVCache:
         key_valid = self.valid[:, :stop] if self.padded else None
         return start, q_pos, k_pos, key_valid
 
-    def _store(self, layer, start, k, v):
-        """Write ``k``, ``v`` ``(batch, kv_heads, n, ·)`` at ``start``; return every cached one."""
+    def _store(self, layer, start, k, v, full=False):
+        """Write ``k``, ``v`` ``(batch, kv_heads, n, ·)`` at ``start``; return the cached ones.
+
+        ``full``: return the whole buffers (unfilled slots included) instead of the filled part.
+        """
         keys, values = self.keys[layer], self.values[layer]
         stop = start + k.shape[2]
         if k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]:
@@ -139,4 +146,6 @@ class KVCache:
             )
         keys[:, :, start:stop] = k
         values[:, :, start:stop] = v
+        if full:
+            return keys, values  # (batch, kv_heads, max_len, ·)
         return keys[:, :, :stop], values[:, :, :stop]  # (batch, kv_heads, stop, ·)

@@ -154,9 +154,9 @@ class MultiHeadAttention(nn.Module):
             q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions, inplace=inplace)
         elif enc.caches_encoded_keys:
             q, k = enc.encode_qk(q, k, step.q_positions, step.q_positions, inplace=inplace)
-            k, v = cache._store(layer, step.start, k, v)  # (b, kvh, n_keys, ·)
+            k, v = cache._store(layer, step.start, k, v, step.full_kv)  # (b, kvh, n_keys, ·)
         else:  # the cache keeps raw keys; all of them are encoded for this step
-            k, v = cache._store(layer, step.start, k, v)  # (b, kvh, n_keys, hd)
+            k, v = cache._store(layer, step.start, k, v, step.full_kv)  # (b, kvh, n_keys, hd)
             q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions)
         y = _run(q, k, v, step, enc.softmax_scale(hd))  # (b, h, n, hd)
         return self.out(y.transpose(1, 2).reshape(b, n, h * hd))  # (b, n, dim)

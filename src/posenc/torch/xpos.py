@@ -1,0 +1,163 @@
+"""xPos in torch: RoPE whose pairs also decay with distance (queries/keys).
+
+Shape legend: ``q`` is ``(batch, heads, seq, head_dim)``, ``k`` is
+``(batch, kv_heads, seq, head_dim)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import posenc
+from posenc._checks import check_positive
+from posenc.torch._rope_kernels import rotate
+from posenc.torch.positions import position_tensor
+from posenc.torch.rotary import RotaryEmbedding
+
+__all__ = ["XPos"]
+
+_HEADROOM = 16.0  # inputs up to this magnitude may be scaled without overflowing
+
+
+class XPos(RotaryEmbedding):
+    r"""xPos (Sun et al., 2022): RoPE times :math:`\zeta_j^{(m - n)/s}` on every pair's score.
+
+    Queries at :math:`m` are rotated and scaled by :math:`\zeta_j^{(m - c)/s}`, keys at
+    :math:`n` by :math:`\zeta_j^{-(n - c)/s}` (see :func:`posenc.xpos_decay`), so a score
+    carries :math:`\zeta_j^{(m - n)/s}`: the centre :math:`c` cancels. It is fixed at
+    ``max_len // 2`` (not recomputed per call), so cached keys stay valid while decoding,
+    and the scales reach :math:`\zeta_{\min}^{\mp \text{max\_len} / 2s}` at most. Scales are
+    computed in float64 and folded into the cos/sin table; a dtype that cannot hold them
+    for the positions asked (float16 beyond a few thousand positions from the centre)
+    raises :class:`ValueError` instead of producing ``inf`` or ``nan``.
+
+    Parameters
+    ----------
+    head_dim : int
+        Width of one head; even.
+    scale_base : float
+        :math:`s` (512 in the paper).
+    base : float
+        The RoPE base.
+    pairing : {"half", "interleaved"}
+        Which dims form a pair.
+    rotary_dim : int, optional
+        Rotate and scale only the first ``rotary_dim`` dims.
+    max_len : int
+        Positions ``>= max_len`` raise; sets the centre.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import XPos
+    >>> xpos = XPos(8, max_len=64)
+    >>> q, k = torch.ones(1, 1, 64, 8), torch.ones(1, 1, 64, 8)
+    >>> qx, kx = xpos(q, k)
+    >>> s = (qx @ kx.transpose(-1, -2))[0, 0]
+    >>> bool(torch.allclose(s[40, 30], s[50, 40])), bool(s[40, 39] > s[40, 0])
+    (True, True)
+    """
+
+    _DERIVED = ("cos_sin", "log_zeta")
+
+    def __init__(
+        self, head_dim, *, scale_base=512.0, base=10_000.0, pairing="half", rotary_dim=None,
+        max_len=4096,
+    ):  # fmt: skip
+        self.scale_base = check_positive("scale_base", scale_base)
+        super().__init__(
+            head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim, max_len=max_len
+        )
+        self.center = self.max_len // 2
+        reach = self.window(torch.float32)
+        if self.max_len - 1 - self.center > reach:
+            raise ValueError(
+                f"max_len must be <= {2 * reach + 1} for xPos with scale_base={self.scale_base} "
+                f"(its scales would overflow float32), got {self.max_len}"
+            )
+
+    def _derived_tensors(self):
+        tables = super()._derived_tensors()
+        decay = posenc.xpos_decay(self.rotary_dim, [self.scale_base], scale_base=self.scale_base)
+        tables["log_zeta"] = torch.from_numpy(decay[0]).log()  # float64 (r // 2,)
+        return tables
+
+    def window(self, dtype) -> int:
+        """How far from the centre positions may be for ``dtype`` (scales stay finite).
+
+        Parameters
+        ----------
+        dtype : torch.dtype
+            Dtype of the queries and keys.
+
+        Returns
+        -------
+        int
+            The largest ``|p - center|`` allowed.
+        """
+        log_zeta_min = math.log(0.4 / 1.4)  # pair 0 decays fastest
+        room = math.log(torch.finfo(dtype).max / _HEADROOM)
+        return int(room * self.scale_base / -log_zeta_min)
+
+    def _check_window(self, positions, dtype):
+        pos = positions if isinstance(positions, range) else None
+        if pos is None and torch.compiler.is_compiling():
+            return
+        if pos is None:
+            lo, hi = int(positions.min()), int(positions.max())
+        else:
+            lo, hi = pos.start, pos.stop - 1
+        worst = lo if abs(lo - self.center) >= abs(hi - self.center) else hi
+        if abs(worst - self.center) > self.window(dtype):
+            raise ValueError(
+                f"positions must be within {self.window(dtype)} of the centre {self.center} "
+                f"for xPos in {dtype} (its scales would overflow), got {worst}"
+            )
+
+    def _scaled(self, positions, dtype, sign):
+        cs = self.table(positions, dtype)  # (b|1, seq, r // 2, 2)
+        pos = position_tensor(positions, self.log_zeta.device).to(torch.float64)
+        power = sign * (pos[..., None] - self.center) / self.scale_base  # (b|1, seq, 1)
+        return cs * torch.exp(power * self.log_zeta).to(cs.dtype)[..., None]
+
+    def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
+        """Rotate and scale ``q`` (by ``+``) and ``k`` (by ``-``) at their positions.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries, ``(batch, heads, seq_q, head_dim)``.
+        k : torch.Tensor
+            Keys, ``(batch, kv_heads, seq_k, head_dim)``.
+        q_positions : torch.Tensor or range
+            Int64 ``(batch|1, seq_q)`` or a ``range``.
+        k_positions : torch.Tensor or range
+            Int64 ``(batch|1, seq_k)`` or a ``range``.
+        inplace : bool
+            Write into ``q`` and ``k`` (plain eager inference only).
+
+        Returns
+        -------
+        q : torch.Tensor
+            Encoded queries.
+        k : torch.Tensor
+            Encoded keys.
+        """
+        self._check(q, k)
+        for positions, t in ((q_positions, q), (k_positions, k)):
+            self._check_window(positions, t.dtype)
+        cs_q = self._scaled(q_positions, q.dtype, +1)  # (b|1, seq_q, r // 2, 2)
+        cs_k = self._scaled(k_positions, k.dtype, -1)  # (b|1, seq_k, r // 2, 2)
+        return (
+            rotate(q, cs_q[:, None], self.pairing, inplace=inplace),
+            rotate(k, cs_k[:, None], self.pairing, inplace=inplace),
+        )
+
+    def rope(self, q, k, positions=None, *, out=None):
+        """Not offered for xPos (plain RoPE's ``out=`` path); call the module instead."""
+        raise NotImplementedError("XPos has no rope(out=) path; call it or use encode_qk")
+
+    def extra_repr(self):
+        return super().extra_repr() + f", scale_base={self.scale_base}, center={self.center}"
