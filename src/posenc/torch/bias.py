@@ -241,7 +241,7 @@ class KERPLE(_ScoreBias):
 
     @property
     def r1(self):
-        """Positive per-head scale ``(heads,)``, in :attr:`work_dtype`."""
+        """Positive per-head scale ``(heads,)``, in ``work_dtype``."""
         return F.softplus(self.raw_r1.to(self.work_dtype))
 
     @property

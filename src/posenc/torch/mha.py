@@ -128,10 +128,10 @@ class MultiHeadAttention(nn.Module):
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
         step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
-                         **self.plan_options(x))  # fmt: skip
+                         **self._plan_options(x))  # fmt: skip
         return self._attend_step(x, step, layer=0)
 
-    def plan_options(self, x):
+    def _plan_options(self, x):
         """Keyword arguments of the step planning for input ``x`` (shared with the model)."""
         return {
             "causal": self.causal, "heads": self.heads, "backend": self.backend,

@@ -143,7 +143,7 @@ class TransformerLM(nn.Module):
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
         x = self.embed(idx)  # (b, n, dim)
-        options = self.blocks[0].attn.plan_options(x)  # causal, heads, backend, dtype, device
+        options = self.blocks[0].attn._plan_options(x)  # causal, heads, backend, dtype, device
         step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
         x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
         for layer, block in enumerate(self.blocks):

@@ -213,8 +213,9 @@ class RotaryEmbedding(PositionalEncoding):
 
         Parameters
         ----------
-        config : dict or transformers.PretrainedConfig
-            Read by :func:`posenc.scaling.from_hf` with HF's rules and defaults.
+        config : dict or object
+            A parsed ``config.json`` or a ``transformers`` config object, read by
+            :func:`posenc.scaling.from_hf` with HF's rules and defaults.
         **overrides
             Keyword arguments replacing what the config gives (e.g. ``pairing``,
             ``max_len``).

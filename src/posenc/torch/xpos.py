@@ -156,7 +156,22 @@ class XPos(RotaryEmbedding):
         )
 
     def rope(self, q, k, positions=None, *, out=None):
-        """Not offered for xPos (plain RoPE's ``out=`` path); call the module instead."""
+        """Not offered for xPos: plain RoPE's ``out=`` path would skip the decay.
+
+        Parameters
+        ----------
+        q, k : torch.Tensor
+            Queries and keys.
+        positions : torch.Tensor or range, optional
+            Positions.
+        out : tuple of torch.Tensor, optional
+            Unused.
+
+        Raises
+        ------
+        NotImplementedError
+            Always: call the module or ``encode_qk``.
+        """
         raise NotImplementedError("XPos has no rope(out=) path; call it or use encode_qk")
 
     def extra_repr(self):
