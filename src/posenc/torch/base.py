@@ -101,7 +101,7 @@ class PositionalEncoding(nn.Module):
         """
         return q, k
 
-    def score_bias(self, q_positions, k_positions) -> torch.Tensor | None:
+    def score_bias(self, q_positions, k_positions, *, out=None) -> torch.Tensor | None:
         """Bias added to the scaled scores before the softmax (default: none).
 
         Parameters
@@ -110,6 +110,12 @@ class PositionalEncoding(nn.Module):
             Positions of the queries: int64 ``(batch|1, seq_q)`` or a ``range``.
         k_positions : torch.Tensor or range
             Positions of the keys: int64 ``(batch|1, seq_k)`` or a ``range``.
+        out : torch.Tensor, optional
+            A ``(batch|1, heads, seq_q, seq_k)`` buffer in the scores' dtype that the
+            encoding may write the bias into (computed in :attr:`work_dtype`, rounded once
+            when written) and return. The attention core passes one it reuses between
+            inference calls: a fresh bias of that size costs more in page faults than in
+            arithmetic. Encodings may ignore it and return a new tensor.
 
         Returns
         -------

@@ -88,11 +88,14 @@ class ALiBi(_ScoreBias):
     def _derived_tensors(self):
         return {"slopes": torch.from_numpy(posenc.alibi_slopes(self.heads))}  # float64 (h,)
 
-    def score_bias(self, q_positions, k_positions):
+    def score_bias(self, q_positions, k_positions, *, out=None):
         work = self.work_dtype
         rel = relative_positions(q_positions, k_positions, self.slopes.device).to(work)
         dist = rel.abs() if self.symmetric else rel  # (b|1, sq, sk)
-        return -self.slopes.to(work)[:, None, None] * dist[:, None]  # (b|1, heads, sq, sk)
+        neg = -self.slopes.to(work)[:, None, None]  # (heads, 1, 1)
+        if out is not None and out.shape == (dist.shape[0], self.heads, *dist.shape[1:]):
+            return _product_into(out, dist[:, None], neg)  # (b|1, heads, sq, sk)
+        return dist[:, None] * neg  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
         slopes, qpos, kpos = self.slopes.float(), position_at(q_positions), position_at(k_positions)
@@ -170,7 +173,7 @@ class T5RelativeBias(_ScoreBias):
         md = self.max_distance
         return self.bucket[key_minus_query.clamp(-md, md) + md]
 
-    def score_bias(self, q_positions, k_positions):
+    def score_bias(self, q_positions, k_positions, *, out=None):
         rel = -relative_positions(q_positions, k_positions, self.bucket.device)  # key - query
         bias = self.weight.to(self.work_dtype)[self._buckets_of(rel)]  # (b|1, sq, sk, heads)
         return bias.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
@@ -253,7 +256,7 @@ class KERPLE(_ScoreBias):
     def _kernel(self, dist, r1, r2):
         return _kerple(self.variant, dist, r1, r2)
 
-    def score_bias(self, q_positions, k_positions):
+    def score_bias(self, q_positions, k_positions, *, out=None):
         dist = relative_positions(q_positions, k_positions, self.raw_r1.device).abs()
         dist = dist.to(self.work_dtype)
         r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # (heads, 1, 1)
@@ -313,7 +316,7 @@ class FIRE(_ScoreBias):
         threshold = check_positive("threshold", threshold)
         self.log_threshold = nn.Parameter(torch.tensor(math.log(threshold)))
 
-    def score_bias(self, q_positions, k_positions):
+    def score_bias(self, q_positions, k_positions, *, out=None):
         device, work = self.log_c.device, self.work_dtype
         rel = relative_positions(q_positions, k_positions, device).to(work)  # (b|1, sq, sk)
         query = position_tensor(q_positions, device)[:, :, None].to(work)  # i: (b|1, sq, 1)
@@ -327,6 +330,25 @@ class FIRE(_ScoreBias):
 
     def extra_repr(self):
         return f"heads={self.heads}, hidden={self.mlp[0].out_features}"
+
+
+def _product_into(out, a, b, block=1 << 22):
+    """``out[:] = a * b`` computed in ``a``'s dtype and rounded once into ``out``.
+
+    ``b`` is per head ``(heads, 1, 1)``. A low-precision ``out`` is filled a few heads at a
+    time through a small buffer (mixed-dtype kernels are several times slower).
+    """
+    if out.dtype == a.dtype:
+        return torch.mul(a, b, out=out)
+    per_head = out[:, :1].numel()
+    g = max(1, block // per_head)  # heads per block
+    tmp = torch.empty(out.shape[0], min(g, out.shape[1]), *out.shape[2:], dtype=a.dtype,
+                      device=out.device)  # fmt: skip
+    for j in range(0, out.shape[1], g):
+        n = min(g, out.shape[1] - j)
+        torch.mul(a, b[j : j + n], out=tmp[:, :n])
+        out[:, j : j + n].copy_(tmp[:, :n])  # round once
+    return out
 
 
 def _kerple(variant, dist, r1, r2):
