@@ -91,7 +91,7 @@ def direction_cosines(table, start=100):
     return unit @ unit.T  # (6, 6)
 
 
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(9, 3.4), layout="constrained")
 for ax, table, title in [
     (axes[0], ramp, "random + constant step"),
     (axes[1], sin_pe, "sinusoidal"),
