@@ -20,7 +20,7 @@ import posenc
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
-ONLINE = os.environ.get("POSENC_DOCS_ONLINE") == "1"
+ONLINE = os.environ.get("POSENC_DOCS_ONLINE") == "1" or os.environ.get("READTHEDOCS") == "True"
 SITE_URL = os.environ.get("READTHEDOCS_CANONICAL_URL") or os.environ.get("POSENC_SITE_URL", "")
 
 # Notebook kernels get an IPython profile inside the build directory that draws figures

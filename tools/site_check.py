@@ -107,7 +107,12 @@ def check_links(root: Path, pages: list[str]) -> list[Problem]:
                 continue
             target, fragment = urldefrag(href)
             target = unquote(urlsplit(target).path)
-            if target:
+            if target.startswith("/"):  # root-relative (the 404 page): the site is served at /
+                resolved = posixpath.normpath(target.lstrip("/") or "index.html")
+                path = root / resolved
+                if path.is_dir():
+                    path = path / "index.html"
+            elif target:
                 resolved = posixpath.normpath(posixpath.join(posixpath.dirname(page), target))
                 path = root / resolved
                 if path.is_dir():
