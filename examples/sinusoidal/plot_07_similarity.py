@@ -73,6 +73,7 @@ fig, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
 ax.plot(distances, dots, "o-")
 ax.set_xlabel("distance from position 0")
 ax.set_ylabel("dot product with position 0")
+ax.set_title("similarity to position 0 at growing distance")
 plt.show()
 
 # %%
