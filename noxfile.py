@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s docs-live``, ``nox -s lint``.
+"""Developer sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s site-check``, ``nox -s lint``.
 
 Every session installs through pip with ``constraints.txt`` so torch resolves to the
 local CPU wheel (uv ignores this machine's pip configuration; see docs/developers.md).
@@ -67,6 +67,23 @@ def docs(session: nox.Session) -> None:
     os.environ.pop("MPLBACKEND", None)
     session.run(*cmd, str(DOCS), str(out))
     session.log(f"Site built: {out / 'index.html'}")
+
+
+@nox.session(name="site-check", python=PYTHON)
+def site_check(session: nox.Session) -> None:
+    """Read the built site in Chromium (Playwright) and fail on what a reader would see broken.
+
+    First the checker's own tests (tiny broken pages, one per kind of problem), then the
+    site in docs/_build/html. Needs Debian's chromium (``apt-get install -y chromium``);
+    Playwright never downloads a browser here. Posargs go to tools/site_check.py, e.g.
+    ``nox -s site-check -- --pages "series/*" --screenshots shots/``.
+    """
+    if shutil.which("chromium") is None:
+        session.error("site-check needs chromium: apt-get install -y chromium")
+    session.install("-e", ".[sitecheck]", *CONSTRAINTS)
+    if not session.posargs:
+        session.run("pytest", "-q", "-o", "addopts=", "tests/test_site_check.py")
+    session.run("python", "tools/site_check.py", str(DOCS / "_build" / "html"), *session.posargs)
 
 
 @nox.session(name="docs-live", python=PYTHON)

@@ -4,6 +4,9 @@ Offline by default: intersphinx reads a local Python inventory, MathJax 3 is ser
 from ``_static/mathjax`` and plotly.js is copied from the installed plotly package.
 Set ``POSENC_DOCS_ONLINE=1`` (a hosted docs service) to link numpy/torch/matplotlib
 and load MathJax from its CDN. Facts behind these choices: docs/developers.md.
+
+``POSENC_SITE_URL`` (e.g. ``https://example.org/posenc/``) sets the canonical URL used by
+the OpenGraph tags and the 404 page; Read the Docs provides its own.
 """
 
 from __future__ import annotations
@@ -11,11 +14,24 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import posenc
 
 HERE = Path(__file__).parent
-ONLINE = os.environ.get("POSENC_DOCS_ONLINE") == "1"
+ROOT = HERE.parent
+ONLINE = os.environ.get("POSENC_DOCS_ONLINE") == "1" or os.environ.get("READTHEDOCS") == "True"
+SITE_URL = os.environ.get("READTHEDOCS_CANONICAL_URL") or os.environ.get("POSENC_SITE_URL", "")
+
+# Notebook kernels get an IPython profile inside the build directory that draws figures
+# as 2x ("retina") PNGs displayed at 1x size. Set before myst-nb starts any kernel; the
+# code on the pages is unchanged, so readers' copies draw at their own defaults.
+_IPYTHONDIR = HERE / "_build" / "ipython"
+(_IPYTHONDIR / "profile_default").mkdir(parents=True, exist_ok=True)
+(_IPYTHONDIR / "profile_default" / "ipython_kernel_config.py").write_text(
+    'c.InlineBackend.figure_formats = {"retina"}\n'
+)
+os.environ["IPYTHONDIR"] = str(_IPYTHONDIR)
 
 project = "posenc"
 author = "The posenc developers"
@@ -32,6 +48,10 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "sphinx_design",
     "sphinx_copybutton",
+    "sphinx.ext.viewcode",
+    "sphinxcontrib.bibtex",
+    "sphinxext.opengraph",
+    "notfound.extension",
 ]
 
 templates_path = ["_templates"]
@@ -43,6 +63,7 @@ exclude_patterns = [
     "auto_examples/**/*.ipynb",
     "auto_examples/*.ipynb",
     "sg_execution_times.rst",
+    "series/rope.json",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb"}
 nitpicky = True
@@ -64,6 +85,11 @@ else:
         (r"py:.*", r"(numpy|np|torch|nn|matplotlib)(\..*)?"),
         (r"py:.*", r"(array_like|Tensor|Module|Parameter)"),
     ]
+
+# -- Bibliography (docs/references.bib) ------------------------------------------------
+bibtex_bibfiles = ["references.bib"]
+bibtex_default_style = "unsrt"
+bibtex_reference_style = "author_year"
 
 # -- API reference (autosummary + numpydoc) -----------------------------------------
 autosummary_generate = True
@@ -88,8 +114,16 @@ sphinx_gallery_conf = {
     "reference_url": {"posenc": None},
     "download_all_examples": True,
     "remove_config_comments": True,
-    "subsection_order": ["../examples/sinusoidal", "../examples/rope"],
+    # Teaching order: sections as listed here, scripts by their number (plot_NN_*.py).
+    "subsection_order": [
+        "../examples/order",
+        "../examples/sinusoidal",
+        "../examples/learned",
+        "../examples/rope",
+    ],
     "within_subsection_order": "FileNameSortKey",
+    "image_srcset": ["2x"],
+    "write_computation_times": False,
     "matplotlib_animations": False,
     "show_memory": False,
     "min_reported_time": 1,
@@ -114,37 +148,108 @@ if not ONLINE:
 # -- HTML ------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = "posenc"
+html_logo = "_static/logo.svg"
+html_favicon = "_static/favicon.svg"
 html_static_path = ["_static"]
 html_css_files = ["posenc.css"]
+html_context = {"default_mode": "auto"}  # without it the theme logs an error on a first visit
 html_theme_options = {
     "navbar_align": "left",
+    "logo": {"text": "posenc", "alt_text": "posenc: home"},
     "show_toc_level": 2,
     "check_switcher": False,
-    "footer_start": ["copyright"],
+    "footer_start": ["copyright", "posenc-version"],
     "footer_end": ["sphinx-version"],
+    "secondary_sidebar_items": {
+        "series/part*": ["notebook-download", "page-toc"],
+        "explorer": ["notebook-download", "page-toc"],
+    },
+}
+# Long pages with figures get the whole width: no left navigation on them (the series
+# overview and the top bar lead there), so the text column is ~800 px at 1280 px.
+html_sidebars = {
+    "series/part*": [],
+    "explorer": [],
+    "architecture": [],
+    "notation": [],
+    "auto_examples/*/*": [],
 }
 html_show_sourcelink = False
+html_baseurl = SITE_URL
+
+# OpenGraph tags (title, description, image) for links shared on social sites.
+ogp_site_url = SITE_URL
+ogp_site_name = "posenc"
+ogp_image = "_static/logo.png"
+ogp_image_alt = "posenc logo: two clock hands turning at different speeds"
+ogp_description_length = 200
+ogp_social_cards = {"enable": False}  # would draw a card per page with matplotlib
+ogp_type = "website"
+
+# The 404 page uses absolute URLs: a host serves it at any missing path.
+notfound_urls_prefix = (urlsplit(SITE_URL).path or "/") if SITE_URL else "/"
+notfound_context = {
+    "title": "Page not found",
+    "body": (
+        "<h1>Page not found</h1><p>There is no page at this address. Start again from "
+        f'the <a href="{notfound_urls_prefix}index.html">home page</a> or '
+        f'<a href="{notfound_urls_prefix}series/index.html">the series</a>, '
+        "or use the search box above.</p>"
+    ),
+}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
 
 # Interactive plotly figures: serve plotly.js from the installed package (no CDN) and
 # load it only on pages that need it.
-PLOTLY_PAGES = {"auto_examples/sinusoidal/plot_wavelength_fan"}
+PLOTLY_PAGES = {"auto_examples/sinusoidal/plot_05_wavelength_fan", "explorer"}
+# Executed notebooks offered for download: myst-nb writes them beside the build.
+NOTEBOOK_PAGES = ("series/part", "explorer")
 
 
-def _plotly_js(app, pagename, templatename, context, doctree):
+def _page_context(app, pagename, templatename, context, doctree):
     if pagename in PLOTLY_PAGES:
         app.add_js_file("plotly.min.js")
+    if pagename.startswith(NOTEBOOK_PAGES):
+        context["notebook_download"] = f"_downloads/notebooks/{pagename.split('/')[-1]}.ipynb"
 
 
-def _copy_plotly(app, exception):
-    if exception is None and app.builder.format == "html":
-        import plotly
+def _copy_build_files(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    import plotly
 
-        src = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-        shutil.copy2(src, Path(app.outdir) / "_static" / "plotly.min.js")
+    out = Path(app.outdir)
+    src = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    shutil.copy2(src, out / "_static" / "plotly.min.js")
+    notebooks = out / "_downloads" / "notebooks"
+    notebooks.mkdir(parents=True, exist_ok=True)
+    executed = Path(app.outdir).parent / "jupyter_execute"
+    for docname in app.env.found_docs:
+        if docname.startswith(NOTEBOOK_PAGES):
+            nb = executed / f"{docname}.ipynb"
+            if not nb.is_file():  # a --no-exec build: offer the notebook without outputs
+                nb = _unexecuted_notebook(app, docname, notebooks)
+            shutil.copy2(nb, notebooks / nb.name)
+
+
+def _unexecuted_notebook(app, docname, out_dir):
+    import nbformat
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    text = Path(app.env.doc2path(docname)).read_text(encoding="utf-8")
+    path = out_dir / f"{docname.split('/')[-1]}.ipynb"
+    nbformat.write(read_myst_markdown_notebook(text), path)
+    return path
+
+
+def _copy_bench_results(app, config):
+    # Part 3 draws the committed benchmark results; the page reads them from beside
+    # itself (and offers them for download), a path a reader of the notebook also has.
+    shutil.copy2(ROOT / "benchmarks" / "results" / "rope.json", HERE / "series" / "rope.json")
 
 
 def setup(app):
-    app.connect("html-page-context", _plotly_js)
-    app.connect("build-finished", _copy_plotly)
+    app.connect("config-inited", _copy_bench_results)
+    app.connect("html-page-context", _page_context)
+    app.connect("build-finished", _copy_build_files)

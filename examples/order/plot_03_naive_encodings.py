@@ -67,20 +67,22 @@ ax.set_xscale("log")
 ax.set_yscale("log")
 ax.set_xlabel("position")
 ax.set_ylabel("||position signal|| / ||token||")
+ax.set_title("size of the position signal relative to a token")
 ax.legend(fontsize=8)
 plt.show()
 
 # %%
 # 3. A random start plus a constant step
 # --------------------------------------
-# ``PE(p) = r + p * delta`` is unique per position, but every offset ``k`` is the same
-# direction ``k * delta``: the encoding of "5 apart" and "50 apart" differ only in
+# :math:`\mathrm{PE}(p) = c + p\,\delta` (a random start :math:`c`, a constant step
+# :math:`\delta`) is unique per position, but every offset :math:`r` is the same
+# direction :math:`r\,\delta`: the encoding of "5 apart" and "50 apart" differ only in
 # length, and the values leave ``[-1, 1]`` once ``p`` is large. For the sinusoidal
 # code, the difference vectors of different offsets point in different directions
 # (they are rotations of each pair, not scalings).
-r = rng.uniform(-1, 1, d)
+start = rng.uniform(-1, 1, d)
 delta = np.full(d, 0.02) * rng.choice([-1, 1], d)
-ramp = r + np.arange(1000)[:, None] * delta  # (1000, 64)
+ramp = start + np.arange(1000)[:, None] * delta  # (1000, 64)
 sin_pe = posenc.sinusoidal(1000, d)
 offsets = np.array([1, 2, 5, 10, 20, 50])
 
@@ -91,7 +93,7 @@ def direction_cosines(table, start=100):
     return unit @ unit.T  # (6, 6)
 
 
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(9, 3.4), layout="constrained")
 for ax, table, title in [
     (axes[0], ramp, "random + constant step"),
     (axes[1], sin_pe, "sinusoidal"),
@@ -99,15 +101,16 @@ for ax, table, title in [
     im = ax.imshow(direction_cosines(table), cmap="RdBu_r", vmin=-1, vmax=1)
     ax.set_xticks(range(6), offsets)
     ax.set_yticks(range(6), offsets)
-    ax.set_xlabel("offset k")
-    ax.set_ylabel("offset k'")
-    ax.set_title(f"cos angle of PE(p+k)-PE(p)\n{title}")
+    ax.set_xlabel("offset r")
+    ax.set_ylabel("offset r'")
+    ax.set_title(f"cos angle of PE(p+r)-PE(p)\n{title}")
 fig.colorbar(im, ax=axes[:2], fraction=0.046)
 axes[2].plot(np.abs(ramp).max(axis=1), label="random + step")
 axes[2].plot(np.abs(sin_pe).max(axis=1), label="sinusoidal")
 axes[2].set_xlabel("position")
 axes[2].set_ylabel("max |entry|")
 axes[2].legend()
+axes[2].set_title("largest entry")
 plt.show()
 print(
     f"random + step: all offset directions parallel: "

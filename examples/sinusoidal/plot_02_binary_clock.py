@@ -1,4 +1,4 @@
-"""
+r"""
 From a binary counter to a continuous clock
 ===========================================
 
@@ -23,15 +23,16 @@ for p, row in zip(positions, bits, strict=True):
     print(f" {p:2d} |   " + "    ".join(str(b) for b in row))
 
 # %%
-# bit ``b`` has period ``2**(b+1)``: frequencies 1/2, 1/4, 1/8, 1/16 cycles per step.
-# A sinusoidal analogue with the same periods uses the rates ``omega = 2 pi / 2**(b+1)``
-# (that is ``d = 8`` pairs with a hand-picked base, for illustration); the encoding
-# of Vaswani et al. spaces its rates by ``10000**(2/d)`` instead.
+# Bit :math:`k` has period :math:`2^{k+1}`: frequencies 1/2, 1/4, 1/8, 1/16 cycles per
+# step. A sinusoidal analogue with the same periods uses the rates
+# :math:`\theta = 2\pi / 2^{k+1}`: four rates, so four sin/cos pairs, :math:`d = 8`
+# dimensions, with rates chosen by hand for the illustration. The encoding of Vaswani
+# et al. spaces its rates by the factor :math:`10000^{2/d}` instead of 2.
 periods = 2.0 ** np.arange(4, 0, -1)  # bit3 .. bit0: 16, 8, 4, 2
 smooth = 0.5 - 0.5 * np.cos(2 * np.pi * (positions[:, None] + 0.5) / periods)  # (16, 4)
 dense = np.linspace(0, 15.99, 400)
 fig, axes = plt.subplots(
-    1, 3, figsize=(12, 4.5), layout="constrained", gridspec_kw=dict(width_ratios=[1, 1, 2])
+    1, 3, figsize=(9, 4), layout="constrained", gridspec_kw=dict(width_ratios=[1, 1, 2])
 )
 axes[0].imshow(bits, cmap="Greys", aspect="auto")
 axes[0].set_title("binary counter")
@@ -48,7 +49,7 @@ for j, period in enumerate(periods):
     )
 axes[2].set_yticks(2.4 * np.arange(4) + 0.5, ["bit3", "bit2", "bit1", "bit0"])
 axes[2].set_xlabel("position")
-axes[2].set_title("square waves (bits) and their smooth versions")
+axes[2].set_title("square waves (bits), smooth versions")
 plt.show()
 
 # %%
@@ -58,7 +59,7 @@ plt.show()
 # from one position to the next, the slow pairs change over long stretches. No two
 # rows are equal. (d = 32, positions 0-15.)
 pe = posenc.sinusoidal(16, 32)  # (16, 32)
-fig, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")
+fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
 ax.imshow(pe, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
 ax.set_xlabel("dimension (fast pairs left, slow pairs right)")
 ax.set_ylabel("position")
@@ -68,9 +69,10 @@ plt.show()
 # %%
 # Clock hands for d = 4
 # ---------------------
-# With ``d = 4`` there are two hands: dims 0-1 turn at rate 1 (a second hand, one
-# radian per position) and dims 2-3 at rate 1/100 (an hour hand). Position ``p`` puts
-# hand ``i`` at the point ``(cos p w_i, sin p w_i)`` = (dim ``2i+1``, dim ``2i``).
+# With :math:`d = 4` there are two hands: dimensions 0-1 turn at rate 1 (a second
+# hand, one radian per position) and dimensions 2-3 at rate 1/100 (an hour hand).
+# Position :math:`p` puts hand :math:`j` at the point
+# :math:`(\cos p\theta_j, \sin p\theta_j)` = (dimension :math:`2j+1`, dimension :math:`2j`).
 pe4 = posenc.sinusoidal(4, 4)  # (4, 4)
 print("rates:", posenc.frequencies(4))
 fig, axes = plt.subplots(1, 2, figsize=(8, 4), layout="constrained")

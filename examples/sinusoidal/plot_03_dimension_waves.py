@@ -1,9 +1,9 @@
-"""
+r"""
 One dimension at a time: waves of different speeds
 ===================================================
 
 Read the table column by column: each dimension is a sine or cosine of position,
-and the pair index ``i`` sets its speed ``omega_i = 10000 ** (-2i / d)``.
+and the pair index :math:`j` sets its speed :math:`\theta_j = 10000^{-2j/d}`.
 """
 
 # %%
@@ -19,7 +19,7 @@ import posenc
 d = 64
 pe = posenc.sinusoidal(100, d)  # (100, 64)
 dims = [0, 1, 2, 3, 10, 11, 30, 31, 62, 63]
-fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True, layout="constrained")
+fig, axes = plt.subplots(2, 1, figsize=(8, 6), sharex=True, layout="constrained")
 for ax, parity, name, cmap in [
     (axes[0], 0, "sine (even dimensions)", "viridis"),
     (axes[1], 1, "cosine (odd dimensions)", "plasma"),
@@ -42,7 +42,7 @@ plt.show()
 # The same picture, two ways: dims 0, 4, 16 and 62 as curves are vertical slices
 # of the heatmap.
 pe128 = posenc.sinusoidal(128, d)  # (128, 64)
-fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 4), layout="constrained")
 im = ax0.imshow(pe128, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
 ax0.set_xlabel("dimension")
 ax0.set_ylabel("position")

@@ -1,11 +1,11 @@
-"""
+r"""
 Attention cannot see order: permutation equivariance
 ====================================================
 
 Self-attention without positional information is *permutation equivariant*: shuffle
 the input tokens and the outputs come back shuffled the same way, each token's output
-unchanged. Written with a permutation matrix ``P``:
-``Attention(P X) = P Attention(X)``.
+unchanged. Written with a permutation matrix :math:`\Pi`:
+:math:`\mathrm{Attention}(\Pi X) = \Pi\,\mathrm{Attention}(X)`.
 """
 
 # %%

@@ -10,7 +10,8 @@ nearby positions have more similar vectors than distant ones.
 # All 1000 positions are distinct (d = 64)
 # ----------------------------------------
 # Count unique rows, then find the closest pair. With
-# ``||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b`` and ``||PE||^2 = d / 2`` the whole
+# :math:`\lVert a - b\rVert^2 = \lVert a\rVert^2 + \lVert b\rVert^2 - 2\,a \cdot b` and
+# :math:`\lVert \mathrm{PE}(p)\rVert^2 = d/2` the whole
 # distance matrix costs one matrix product.
 import matplotlib.pyplot as plt
 import numpy as np
@@ -29,7 +30,8 @@ print(f"minimum distance between two positions: {dist[a, b]:.4f} (positions {a} 
 # %%
 # The closest pairs are neighbours: adjacent positions differ mostly in the fast
 # pairs, and every adjacent pair is exactly the same distance apart, because the
-# distance depends only on the offset (``||PE(p+1) - PE(p)||^2 = d - 2 PE(p).PE(p+1)``).
+# distance depends only on the offset: :math:`\lVert \mathrm{PE}(p+1) - \mathrm{PE}(p)\rVert^2`
+# :math:`= d - 2\,\mathrm{PE}(p) \cdot \mathrm{PE}(p+1)`.
 print(
     f"distance between neighbours from the closed form: "
     f"{np.sqrt(d - 2 * posenc.sinusoidal_dot(1, d)):.4f}"
@@ -38,12 +40,13 @@ print(
 # %%
 # The similarity matrix (128 positions)
 # -------------------------------------
-# Row ``p`` of ``PE PE^T`` is the similarity of position ``p`` with every position.
+# Row :math:`p` of :math:`\mathrm{PE}\,\mathrm{PE}^\top` is the similarity of position
+# :math:`p` with every position.
 # The diagonal is ``d / 2 = 32``; values fall away from it, and every row is the same
 # curve shifted, since the entry depends only on ``q - p``.
 pe128 = posenc.sinusoidal(128, d)
 sim = pe128 @ pe128.T  # (128, 128)
-fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.5), layout="constrained")
+fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 4), layout="constrained")
 im = ax0.imshow(sim, cmap="RdBu_r")
 ax0.set_xlabel("position q")
 ax0.set_ylabel("position p")
@@ -70,6 +73,7 @@ fig, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
 ax.plot(distances, dots, "o-")
 ax.set_xlabel("distance from position 0")
 ax.set_ylabel("dot product with position 0")
+ax.set_title("similarity to position 0 at growing distance")
 plt.show()
 
 # %%

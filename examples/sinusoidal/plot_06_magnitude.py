@@ -1,14 +1,17 @@
-"""
+r"""
 Does the encoding drown the token? Norms and angles
 ===================================================
 
 The encoding is *added* to the token embedding, so the two signals share one vector.
 How big is each part? Every sinusoidal vector has the same norm,
 
-``||PE(p)||^2 = sum_i (sin^2(p w_i) + cos^2(p w_i)) = d / 2``,
+.. math::
 
-so ``||PE(p)|| = sqrt(d / 2)`` at every position. A token embedding drawn from
-``N(0, s^2)`` in ``d`` dimensions has norm close to ``s sqrt(d)``.
+    \lVert \mathrm{PE}(p) \rVert^2 = \sum_j \left(\sin^2 p\theta_j + \cos^2 p\theta_j\right) = d/2,
+
+so :math:`\lVert \mathrm{PE}(p) \rVert = \sqrt{d/2}` at every position. A token
+embedding drawn from :math:`\mathcal{N}(0, \sigma^2)` in :math:`d` dimensions has
+norm close to :math:`\sigma\sqrt{d}`.
 """
 
 # %%
@@ -38,7 +41,7 @@ print(f"positional norm:        {np.linalg.norm(pe0):.4f}  (sqrt(d/2) = {np.sqrt
 print(f"combined norm:          {np.linalg.norm(combined):.4f}")
 print(f"angle token -> combined: {angle_deg(token, combined):.2f} degrees")
 
-fig, ax = plt.subplots(figsize=(10, 3.5), layout="constrained")
+fig, ax = plt.subplots(figsize=(8, 3.4), layout="constrained")
 idx = np.arange(20)
 for shift, values, label in [
     (-0.27, token, "token embedding"),
@@ -67,9 +70,10 @@ print(f"norm over positions 0-9999: min {norms.min():.12f}, max {norms.max():.12
 # ----------------------------------------
 # A random token and a fixed encoding are nearly orthogonal in 128 dimensions, so the
 # combined vector turns away from the token by about
-# ``arctan(sqrt(d/2) / (s sqrt(d))) = arctan(1 / (s sqrt 2))``: 54.7 degrees at
-# ``s = 0.5``. A larger embedding scale shrinks the angle, which is why some models
-# scale embeddings by ``sqrt(d)`` before adding the encoding (Vaswani et al., 2017).
+# :math:`\arctan\big(\sqrt{d/2} / (\sigma\sqrt{d})\big) = \arctan\big(1/(\sigma\sqrt 2)\big)`:
+# 54.7 degrees at :math:`\sigma = 0.5`. A larger embedding scale shrinks the angle,
+# which is one reason the original Transformer multiplies its embeddings by
+# :math:`\sqrt{d}` before adding the encoding (Vaswani et al., 2017).
 tokens = s * rng.standard_normal((2000, d))  # (2000, 128)
 pes = posenc.sinusoidal(rng.integers(0, 512, 2000), d)  # (2000, 128)
 both = tokens + pes
@@ -83,6 +87,7 @@ fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
 ax.hist(angles, bins=40)
 ax.axvline(np.degrees(np.arctan(1 / (s * np.sqrt(2)))), color="k", ls="--", label="prediction")
 ax.set_xlabel("angle between token and token + PE (degrees)")
+ax.set_title("2000 random tokens at random positions")
 ax.set_ylabel("count")
 ax.legend()
 plt.show()

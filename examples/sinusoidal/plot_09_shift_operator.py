@@ -1,31 +1,37 @@
-"""
-Relative position is a rotation: the shift operator T_k
-=======================================================
+r"""
+Relative position is a rotation: the shift operator
+===================================================
 
-By the angle-addition formulas, each (sin, cos) pair at rate ``omega_i`` moves
-``k`` positions on by a 2 x 2 rotation through ``omega_i k``:
+By the angle-addition formulas, each (sin, cos) pair at rate :math:`\theta_j` moves
+:math:`r` positions on by a :math:`2 \times 2` rotation through :math:`r\theta_j`:
 
-``[sin w(p+k), cos w(p+k)] = [[cos wk, sin wk], [-sin wk, cos wk]] @ [sin wp, cos wp]``
+.. math::
 
-Stacking one block per pair gives a matrix ``T_k`` with ``PE(p + k) = T_k PE(p)`` for
-*every* ``p``: one linear map per offset, whatever the absolute position.
+    \begin{pmatrix} \sin\theta_j(p+r) \\ \cos\theta_j(p+r) \end{pmatrix}
+    = \begin{pmatrix} \cos r\theta_j & \sin r\theta_j \\
+    -\sin r\theta_j & \cos r\theta_j \end{pmatrix}
+    \begin{pmatrix} \sin p\theta_j \\ \cos p\theta_j \end{pmatrix}.
+
+Stacking one block per pair gives a matrix :math:`T_r` with
+:math:`\mathrm{PE}(p + r) = T_r\,\mathrm{PE}(p)` for *every* :math:`p`: one linear map
+per offset, whatever the absolute position.
 """
 
 # %%
-# Predict PE[10] from PE[5] (k = 5, d = 64)
+# Predict PE(10) from PE(5) (r = 5, d = 64)
 # -----------------------------------------
 import matplotlib.pyplot as plt
 import numpy as np
 
 import posenc
 
-d, k = 64, 5
+d, r = 64, 5
 pe = posenc.sinusoidal(200, d)  # (200, 64)
-T5 = posenc.shift_operator(k, d)  # (64, 64)
+T5 = posenc.shift_operator(r, d)  # (64, 64)
 predicted = T5 @ pe[5]  # (64,)
 print(f"|| T_5 PE[5] - PE[10] || = {np.linalg.norm(predicted - pe[10]):.2e}")
 
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(9, 3.4), layout="constrained")
 axes[0].plot(pe[5, :20], "o-")
 axes[0].set_title("PE[5], first 20 dims")
 axes[1].plot(pe[10, :20], "o-", color="tab:green", label="actual PE[10]")
@@ -45,8 +51,8 @@ plt.show()
 # The block-diagonal corner shows one rotation per pair: the first block turns by
 # 5 radians, later blocks by ever smaller angles and tend to the identity.
 #
-# The same matrix works from every position (k = 7, start 42, then all of 0-99)
-# ----------------------------------------------------------------------------------
+# The same matrix works from every position (r = 7, from 42, then from 0-99)
+# --------------------------------------------------------------------------
 T7 = posenc.shift_operator(7, d)
 print(f"PE[49]        first 4 dims: {pe[49, :4].round(6)}")
 print(f"T_7 @ PE[42]  first 4 dims: {(T7 @ pe[42])[:4].round(6)}")
@@ -57,7 +63,7 @@ print(f"max error over positions 0-99    = {errors.max():.2e}")
 # %%
 # Properties worth knowing
 # ------------------------
-# ``T_k`` is orthogonal (a rotation), shifts compose by adding offsets, and the
+# :math:`T_r` is orthogonal (a rotation), shifts compose by adding offsets, and the
 # inverse shift is the transpose.
 T3 = posenc.shift_operator(3, d)
 print("orthogonal:        ", np.allclose(T7 @ T7.T, np.eye(d)))

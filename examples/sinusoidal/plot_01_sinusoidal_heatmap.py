@@ -1,10 +1,11 @@
-"""
+r"""
 The sinusoidal table as a heatmap
 =================================
 
 Every row of the table is one position, every column one dimension. Column pairs
-``(2i, 2i + 1)`` hold the sine and cosine of ``p * omega_i`` with
-``omega_i = 10000 ** (-2i / dim)``: the left columns turn fast, the right ones slowly.
+:math:`(2j, 2j + 1)` hold the sine and cosine of :math:`p\,\theta_j` with
+:math:`\theta_j = b^{-2j/d}`, :math:`b = 10000`: the left columns turn fast, the right
+ones slowly.
 """
 
 # %%
@@ -26,7 +27,7 @@ print(f"shape {pe.shape}, value range [{pe.min():.3f}, {pe.max():.3f}]")
 # columns flip sign every few rows (wavelength ``2 pi``, about 6 positions): they
 # resolve *local* order. The last columns barely change over 100 positions
 # (wavelength about 47,000): they say roughly *where in a long document* we are.
-fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
+fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
 im = ax.imshow(pe, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
 ax.set_xlabel("dimension (even: sin, odd: cos)")
 ax.set_ylabel("position")
@@ -46,9 +47,10 @@ plt.show()
 # ---------------------------------------------------
 # Row 0 is ``[0, 1, 0, 1, ...]``: every sine starts at 0 and every cosine at 1.
 # Dimension 0 (``sin p``) swings through a full period in about 6 rows; dimension 10
-# (``sin(p / 10000**(10/64))``, a rate of 0.237) changes slowly.
+# (:math:`\sin(p\,\theta_5)` with :math:`\theta_5 = 10000^{-10/64} \approx 0.237`)
+# changes slowly.
 corner = pe[:11, :11]  # (11, 11)
-fig, ax = plt.subplots(figsize=(9, 7), layout="constrained")
+fig, ax = plt.subplots(figsize=(8, 6.5), layout="constrained")
 ax.imshow(corner, cmap="RdBu_r", vmin=-1, vmax=1)
 for p in range(11):
     for d in range(11):
