@@ -112,7 +112,7 @@ class PositionalEncoding(nn.Module):
             Positions of the keys: int64 ``(batch|1, seq_k)`` or a ``range``.
         out : torch.Tensor, optional
             A ``(batch|1, heads, seq_q, seq_k)`` buffer in the scores' dtype that the
-            encoding may write the bias into (computed in :attr:`work_dtype`, rounded once
+            encoding may write the bias into (computed in ``work_dtype``, rounded once
             when written) and return. The attention core passes one it reuses between
             inference calls: a fresh bias of that size costs more in page faults than in
             arithmetic. Encodings may ignore it and return a new tensor.
