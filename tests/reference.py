@@ -34,12 +34,15 @@ def linear(x, lin):
 
 
 def mha(
-    attn, x, positions, padding_mask=None, *, rope=None, encode_qk=None, bias=None, causal=True
-):
+    attn, x, positions, padding_mask=None, *, rope=None, encode_qk=None, scores=None, bias=None,
+    causal=True,
+):  # fmt: skip
     """``attn`` on ``x`` (batch, seq, dim); ``positions`` int (batch, seq).
 
     ``rope``: keyword arguments of :func:`posenc.rope` to rotate q and k with;
     ``encode_qk``: a function ``(q, k, positions (batch, 1, seq)) -> (q, k)`` instead;
+    ``scores``: a function ``(q, k, positions (batch, seq)) -> (batch, heads, seq, seq)``
+    replacing ``q . k`` (then scaled by ``1 / sqrt(head_dim)``), e.g. PoPE's;
     ``bias``: a function ``(q_pos, k_pos) -> (batch|1, heads|1, seq, seq)`` added to scores.
     """
     b, n, _ = x.shape
@@ -57,6 +60,10 @@ def mha(
     if padding_mask is not None:
         allowed = (allowed & padding_mask[:, None, None, :]) | np.eye(n, dtype=bool)
     scores_bias = None if bias is None else bias(positions, positions)
+    if scores is not None:  # the scores become the bias of an attention with q . k = 0
+        raw = scores(q, k, positions) / np.sqrt(hd)
+        scores_bias = raw if scores_bias is None else raw + scores_bias
+        q, k = np.zeros_like(q), np.zeros_like(k)
     out, _ = posenc.attention(q, k, v, mask=allowed, bias=scores_bias)  # (b, h, n, hd)
     return linear(out.transpose(0, 2, 1, 3).reshape(b, n, h * hd), attn.out)
 

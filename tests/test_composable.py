@@ -17,6 +17,7 @@ from posenc.torch import (
     LearnedEncoding,
     MultiHeadAttention,
     NoPE,
+    PoPE,
     PositionalEncoding,
     RotaryEmbedding,
     SinusoidalEncoding,

@@ -19,6 +19,7 @@ from posenc.torch import (
     LearnedEncoding,
     MultiHeadAttention,
     NoPE,
+    PoPE,
     PositionalEncoding,
     RotaryEmbedding,
     SinusoidalEncoding,
@@ -76,6 +77,17 @@ def _fire_bias(enc):
     return lambda qp, kp: posenc.fire_bias(qp, kp, **weights)
 
 
+def _pope(enc):
+    delta = _np(enc.raw_delta)  # (heads, head_dim)
+
+    def scores(q, k, pos):  # pos: (b, seq); delta per query head
+        return np.stack([
+            posenc.pope_scores(q[b], k[b], pos[b], pos[b], delta=delta) for b in range(len(q))
+        ])  # fmt: skip
+
+    return scores
+
+
 def _xpos(q, k, pos):
     return posenc.xpos(q, pos, scale_base=32.0), posenc.xpos(k, pos, scale_base=32.0, key=True)
 
@@ -114,6 +126,7 @@ ENCODINGS = {
         },
     ),
     "fire": (lambda: FIRE(HEADS, hidden=8, threshold=6.0), lambda enc: {"bias": _fire_bias(enc)}),
+    "pope": (lambda: PoPE(HD, HEADS, delta_init="uniform"), lambda enc: {"scores": _pope(enc)}),
 }
 
 

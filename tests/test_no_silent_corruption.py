@@ -16,6 +16,7 @@ from posenc.torch import (
     LearnedEncoding,
     MultiHeadAttention,
     NoPE,
+    PoPE,
     RotaryEmbedding,
     SinusoidalEncoding,
     T5RelativeBias,
@@ -68,6 +69,7 @@ ENCODINGS = {
     "t5": lambda: T5RelativeBias(4, num_buckets=8, max_distance=16),
     "kerple": lambda: KERPLE(4, variant="power"),
     "fire": lambda: FIRE(4, hidden=8),
+    "pope": lambda: PoPE(4, 4, delta_init="uniform"),
 }
 
 

@@ -6,8 +6,8 @@ torch nor matplotlib; the torch modules live in :mod:`posenc.torch`.
 The reference is grouped by *where* an encoding acts in attention:
 
 * the input -- :mod:`posenc.absolute` (:func:`sinusoidal` and its algebra);
-* the queries and keys -- :mod:`posenc.rotary` (:func:`rope`), with the context
-  extension scalings of :mod:`posenc.scaling`;
+* the queries and keys -- :mod:`posenc.rotary` (:func:`rope`, :func:`xpos`), with the
+  context extension scalings of :mod:`posenc.scaling`, and :mod:`posenc.pope` (PoPE);
 * the scores -- :mod:`posenc.bias` (ALiBi, T5 buckets, KERPLE, FIRE), additive biases
   passed to :func:`attention` as ``bias``.
 """
@@ -22,6 +22,7 @@ from posenc.absolute import (
 )
 from posenc.attention import attention, causal_mask, permutation_matrix
 from posenc.bias import alibi_bias, alibi_slopes, fire_bias, kerple_bias, t5_buckets
+from posenc.pope import pope_frequencies, pope_scores
 from posenc.rotary import rope, rope_frequencies, xpos, xpos_decay
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "frequencies",
     "kerple_bias",
     "permutation_matrix",
+    "pope_frequencies",
+    "pope_scores",
     "rope",
     "rope_frequencies",
     "scaling",

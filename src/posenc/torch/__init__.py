@@ -13,6 +13,7 @@ from posenc.torch.cache import KVCache
 from posenc.torch.mha import MultiHeadAttention
 from posenc.torch.model import TransformerLM
 from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
+from posenc.torch.pope import PoPE
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
 from posenc.torch.xpos import XPos
@@ -26,6 +27,7 @@ __all__ = [
     "LearnedEncoding",
     "MultiHeadAttention",
     "NoPE",
+    "PoPE",
     "PositionalEncoding",
     "RotaryEmbedding",
     "SinusoidalEncoding",
