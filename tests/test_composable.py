@@ -48,6 +48,7 @@ ENCODINGS = {
     "kerple": lambda: KERPLE(4),
     "fire": lambda: FIRE(4, hidden=8),
     "xpos": lambda: XPos(8, max_len=64),
+    "pope": lambda: PoPE(8, 4),
 }
 
 
