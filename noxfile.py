@@ -109,6 +109,22 @@ def docs_live(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def experiments(session: nox.Session) -> None:
+    """The length-generalisation study of Part 6 (python -m posenc.experiments run).
+
+    ``nox -s experiments`` runs (or resumes) the full grid with two processes into
+    benchmarks/results/length_generalisation.jsonl (about 80 min on 2 cores);
+    ``nox -s experiments -- --quick`` runs the miniature (under 3 minutes) and prints its
+    table. Other arguments go to ``run`` (``--shard 0/4``, ``--device cuda``, ``--steps``...).
+    """
+    _install(session, "experiments")
+    args = list(session.posargs)
+    if "--jobs" not in args:
+        args += ["--jobs", "2"]
+    session.run("python", "-m", "posenc.experiments", "run", *args)
+
+
+@nox.session(python=PYTHON)
 def mutation(session: nox.Session) -> None:
     """Mutation testing of src/posenc with mutmut (slow: hours on 2 cores; not run in CI).
 

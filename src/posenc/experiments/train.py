@@ -1,0 +1,155 @@
+"""Training and evaluation of a small TransformerLM on a task (one run of the study)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from posenc.experiments.tasks import IGNORE, vocab_size
+from posenc.torch import TransformerLM
+
+__all__ = ["Config", "make_model", "train", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Model and budget of a run (the study's defaults; every field is a CLI option)."""
+
+    dim: int = 64
+    depth: int = 2
+    heads: int = 4
+    steps: int = 2000
+    batch: int = 64
+    lr: float = 3e-3
+    warmup: float = 0.05  # fraction of the steps, then cosine to 0
+    train_min: int = 4  # problem size n ~ U[train_min, train_max]
+    train_max: int = 16
+    lengths: tuple = (16, 24, 32, 48, 64)  # test sizes
+    eval_size: int = 512
+    content: int = 64
+    max_len: int = 256  # position tables of the absolute encodings and RoPE
+    device: str = "cpu"
+
+    def as_dict(self):
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def make_model(encoding, config: Config, *, vocab: int | None = None) -> TransformerLM:
+    """A causal ``TransformerLM`` of the config's size around ``encoding``."""
+    vocab = vocab_size(config.content) if vocab is None else vocab
+    lm = TransformerLM(vocab, config.dim, config.depth, config.heads, encoding=encoding)
+    return lm.to(config.device)
+
+
+def _schedule(step, steps, warmup, kind):
+    if kind == "constant":
+        return 1.0
+    w = max(1, int(warmup * steps))
+    if step < w:
+        return (step + 1) / w
+    return 0.5 * (1 + math.cos(math.pi * (step - w) / max(1, steps - w)))
+
+
+def train(lm, task, *, steps, batch=64, lr=3e-3, sizes=(4, 16), warmup=0.05, schedule="cosine",
+          seed=0, device="cpu", progress=None):  # fmt: skip
+    """Train ``lm`` on ``task`` with AdamW; problem sizes drawn uniformly from ``sizes``.
+
+    Parameters
+    ----------
+    lm : TransformerLM
+        The model (trained in place).
+    task : posenc.experiments.tasks.Task
+        Draws the batches.
+    steps : int
+        Optimiser steps.
+    batch : int
+        Problems per step (all of one size per step).
+    lr : float
+        Peak learning rate.
+    sizes : tuple of int
+        ``(low, high)``: ``n`` is drawn from ``low .. high`` each step; equal for a fixed size.
+    warmup : float
+        Fraction of the steps of linear warm-up (``schedule="cosine"``).
+    schedule : {"cosine", "constant"}
+        Learning-rate schedule after warm-up.
+    seed : int
+        Seeds the data stream.
+    device : str
+        Where the batches go.
+    progress : callable, optional
+        Called as ``progress(step, loss)`` after every step (a progress bar's update).
+
+    Returns
+    -------
+    dict
+        ``losses`` (one per step) and ``seconds``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(lm.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, steps, warmup, schedule))
+    lm.train()
+    losses, start = [], time.perf_counter()
+    for step in range(steps):
+        n = int(torch.randint(sizes[0], sizes[1] + 1, (), generator=gen))
+        x, y = (t.to(device) for t in task.batch(n, batch, gen))
+        logits = lm(x)  # (batch, seq, vocab)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress(step, losses[-1])
+    lm.eval()
+    return {"losses": losses, "seconds": time.perf_counter() - start}
+
+
+@torch.no_grad()
+def evaluate(lm, task, sizes, *, size=512, batch=128, seed=10_000, device="cpu"):
+    """Teacher-forced accuracy on fresh problems of each size (the same for every model).
+
+    Parameters
+    ----------
+    lm : TransformerLM
+        The model.
+    task : posenc.experiments.tasks.Task
+        Draws the problems.
+    sizes : iterable of int
+        Problem sizes ``n`` to test.
+    size : int
+        Problems per size.
+    batch : int
+        Problems per forward pass.
+    seed : int
+        The problems of size ``n`` come from seed ``seed + n``.
+    device : str
+        Where the batches go.
+
+    Returns
+    -------
+    dict
+        ``{n: {"exact": float, "token": float}}``: the fraction of problems with every scored
+        token right, and of scored tokens right.
+    """
+    lm.eval()
+    out = {}
+    for n in sizes:
+        gen = torch.Generator().manual_seed(seed + n)
+        exact = tokens = right = problems = 0
+        for start in range(0, size, batch):
+            x, y = task.batch(n, min(batch, size - start), gen)
+            x, y = x.to(device), y.to(device)
+            hit = (lm(x).argmax(-1) == y) | (y == IGNORE)  # (b, seq)
+            scored = y != IGNORE
+            exact += hit.all(1).sum().item()
+            right += (hit & scored).sum().item()
+            tokens += scored.sum().item()
+            problems += x.shape[0]
+        out[n] = {"exact": exact / problems, "token": right / tokens}
+    return out
