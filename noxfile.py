@@ -146,10 +146,12 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-BENCH_PEERS = ["torchtune", "torchao", "rotary-embedding-torch", "transformers"]
+BENCH_PEERS = ["torchtune", "torchao", "rotary-embedding-torch", "transformers", "x-transformers"]
 BENCHES = {  # name -> script; each writes benchmarks/results/<name>.json
     "rope": "benchmarks/bench_rope.py",
     "decode": "benchmarks/bench_decode.py",
+    "alibi": "benchmarks/bench_alibi.py",
+    "pope": "benchmarks/bench_pope.py",
 }
 
 
@@ -157,10 +159,10 @@ BENCHES = {  # name -> script; each writes benchmarks/results/<name>.json
 def bench(session: nox.Session) -> None:
     """Benchmarks against peers, measured in one run each; JSON in benchmarks/results/.
 
-    ``nox -s bench`` runs them all; ``nox -s bench -- decode`` (or ``rope``) one of them.
-    Other arguments go to every script (``--no-compile`` skips RoPE's torch.compile rows).
-    Peers (transformers, torchtune with torchao, rotary-embedding-torch) are installed into
-    this session only.
+    ``nox -s bench`` runs them all; ``nox -s bench -- decode`` (``rope``, ``alibi``,
+    ``pope``) one of them. ``--no-compile`` skips RoPE's torch.compile rows. Peers
+    (transformers, torchtune with torchao, rotary-embedding-torch, x-transformers) are
+    installed into this session only.
     """
     _install(session, "test")
     session.install(*BENCH_PEERS, *CONSTRAINTS)

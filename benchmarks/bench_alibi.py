@@ -13,7 +13,10 @@ bias at all, measured in the same run:
   ``build_alibi_tensor`` (the ``slope * j`` form, in the input dtype), ``baddbmm``, the
   causal fill, a float32 softmax and the value ``bmm``;
 * ``x-transformers ALiBi + SDPA``: ``AlibiPositionalBias`` (its bias is cached after the
-  first call) merged with the causal mask, then SDPA.
+  first call) merged with the causal mask, then SDPA;
+* ``FlexAttention causal, no bias``: the compiled FlexAttention kernel with the causal
+  block mask only (float32, as posenc runs it on the CPU): what the kernel costs before
+  any ``score_mod``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 import torch
 import torch.nn.functional as F
 from _common import machine, timeit
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from posenc.torch import ALiBi, attend
 
@@ -54,9 +58,14 @@ def build(shape, dtype):
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(shape, generator=gen).to(dtype) for _ in range(3))
     alibi = ALiBi(h)
+    flex = torch.compile(flex_attention, dynamic=False)
+    block_mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, s, s, device="cpu")
     impls = {
         "SDPA causal, no bias (floor)": lambda: F.scaled_dot_product_attention(
             q, k, v, is_causal=True
+        ),
+        "FlexAttention causal, no bias": lambda: flex(
+            q.float(), k.float(), v.float(), block_mask=block_mask
         ),
         'posenc attend, backend="sdpa"': lambda: attend(q, k, v, alibi),
         'posenc attend, backend="flex"': lambda: attend(q, k, v, alibi, backend="flex"),
@@ -91,6 +100,7 @@ def main():
                 impls = build(shape, dtype)
                 t = time.perf_counter()
                 impls['posenc attend, backend="flex"']()  # first call compiles
+                impls["FlexAttention causal, no bias"]()
                 compile_s[f"{shape} {dname}"] = time.perf_counter() - t
                 times = {
                     name: timeit(fn, min_time=1.0, min_reps=5, warmup=2)

@@ -63,7 +63,8 @@ exclude_patterns = [
     "auto_examples/**/*.ipynb",
     "auto_examples/*.ipynb",
     "sg_execution_times.rst",
-    "series/rope.json",
+    "series/*.json",
+    "series/*.jsonl",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb"}
 nitpicky = True
@@ -120,6 +121,8 @@ sphinx_gallery_conf = {
         "../examples/sinusoidal",
         "../examples/learned",
         "../examples/rope",
+        "../examples/scores",
+        "../examples/pope",
     ],
     "within_subsection_order": "FileNameSortKey",
     "image_srcset": ["2x"],
@@ -243,10 +246,17 @@ def _unexecuted_notebook(app, docname, out_dir):
     return path
 
 
+BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json",
+                 "length_generalisation.jsonl"]  # fmt: skip
+
+
 def _copy_bench_results(app, config):
-    # Part 3 draws the committed benchmark results; the page reads them from beside
-    # itself (and offers them for download), a path a reader of the notebook also has.
-    shutil.copy2(ROOT / "benchmarks" / "results" / "rope.json", HERE / "series" / "rope.json")
+    # Series pages draw committed benchmark and study results; each page reads them from
+    # beside itself (and offers them for download), a path a reader of the notebook has.
+    for name in BENCH_RESULTS:
+        src = ROOT / "benchmarks" / "results" / name
+        if src.exists():
+            shutil.copy2(src, HERE / "series" / name)
 
 
 def setup(app):

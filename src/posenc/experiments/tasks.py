@@ -93,7 +93,8 @@ class Lookback(Task):
 
     ``BOS K_k c_1 .. c_n``: the target at ``c_t`` is ``c_{t-k}`` for ``t > k``; ``k`` is
     drawn from ``1 .. min(max_k, n - 1)`` per problem. With a fixed ``k`` the input is just
-    ``c_1 .. c_n`` (no BOS, no marker), as in Parts 2 and 3.
+    ``c_1 .. c_n`` with tokens ``0 .. content - 1`` (no specials, vocabulary ``content``),
+    as in Parts 2 and 3.
     """
 
     k: int | None = None
@@ -104,6 +105,7 @@ class Lookback(Task):
     def batch(self, n, size, generator):
         c = self._tokens(n, size, generator)  # (size, n)
         if self.k is not None:
+            c = c - CONTENT  # no special tokens: ids 0 .. content - 1
             y = torch.roll(c, self.k, dims=1)
             y[:, : self.k] = IGNORE
             return c, y
