@@ -76,7 +76,24 @@ class Job:
 
 
 def jobs_of(encodings, tasks, seeds, shard=(0, 1)):
-    """The grid's jobs in a fixed order, then every ``n``-th from ``i`` for shard ``(i, n)``."""
+    """The grid's jobs in a fixed order, then every ``n``-th from ``i`` for shard ``(i, n)``.
+
+    Parameters
+    ----------
+    encodings : list of str
+        Names in :data:`ENCODINGS`.
+    tasks : list of str
+        Names in ``posenc.experiments.TASKS``.
+    seeds : list of int
+        Seeds.
+    shard : tuple of int
+        ``(i, n)``: this machine's share of the grid.
+
+    Returns
+    -------
+    list of Job
+        One per (task, encoding, seed), RoPE's inference-time variants included in its jobs.
+    """
     for name in encodings:
         if name not in ENCODINGS:
             raise ValueError(f"encoding must be one of {sorted(ENCODINGS)}, got {name!r}")
@@ -106,7 +123,22 @@ def _rows(job, config, results, seconds, extras=None):
 
 
 def run_job(job: Job, config: Config, progress=None) -> list[dict]:
-    """Train and evaluate one job (plus RoPE's inference-time variants); its result rows."""
+    """Train and evaluate one job (plus RoPE's inference-time variants); its result rows.
+
+    Parameters
+    ----------
+    job : Job
+        Encoding, task and seed.
+    config : Config
+        Model and budget.
+    progress : callable, optional
+        Passed to :func:`~posenc.experiments.train`.
+
+    Returns
+    -------
+    list of dict
+        One row per result name (the encoding, and RoPE's variants).
+    """
     torch.set_num_threads(1)  # models this small train fastest on one thread
     task = TASKS[job.task]
     torch.manual_seed(job.seed)
@@ -145,6 +177,16 @@ def load(path) -> list[dict]:
 
     A last line cut short (the process was killed while writing it) is dropped: its job
     runs again.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    list of dict
+        The rows.
     """
     path = Path(path)
     if not path.exists():
@@ -166,7 +208,20 @@ def _write_sorted(path, rows):
 
 
 def merge(out, inputs) -> list[dict]:
-    """Join result files (shards) into ``out``: one row per (task, encoding, seed), sorted."""
+    """Join result files (shards) into ``out``: one row per (task, encoding, seed), sorted.
+
+    Parameters
+    ----------
+    out : str or Path
+        The merged file (overwritten).
+    inputs : list of str or Path
+        Shard files.
+
+    Returns
+    -------
+    list of dict
+        The merged rows.
+    """
     rows = [row for path in inputs for row in load(path)]
     _write_sorted(out, rows)
     return load(out)

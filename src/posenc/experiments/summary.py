@@ -44,7 +44,22 @@ def summarise(rows, metric="exact"):
 
 
 def table(rows, metric="exact", order=None):
-    """A plain-text table per task: encodings x test sizes, mean +- sd over seeds (percent)."""
+    """A plain-text table per task: encodings x test sizes, mean +- sd over seeds (percent).
+
+    Parameters
+    ----------
+    rows : list of dict
+        Result rows.
+    metric : {"exact", "token"}
+        Exact match or token accuracy.
+    order : list of str, optional
+        Order of the encodings.
+
+    Returns
+    -------
+    str
+        The tables; unlearned rows end with "did not learn the task".
+    """
     summary = summarise(rows, metric)
     lines = []
     for task in sorted({t for t, _ in summary}):

@@ -39,16 +39,52 @@ def vocab_size(content: int = 64) -> int:
 
 @dataclass(frozen=True)
 class Task:
-    """Base class: ``batch(n, size, generator)`` -> ``(x, y)``; ``length(n)`` = x's seq."""
+    """Base class of the tasks.
+
+    Parameters
+    ----------
+    content : int
+        Number of content tokens.
+    """
 
     content: int = 64
 
     name = "task"
 
     def batch(self, n, size, generator):
+        """``size`` problems of size ``n``.
+
+        Parameters
+        ----------
+        n : int
+            Problem size (the number of content tokens of the input).
+        size : int
+            Number of problems.
+        generator : torch.Generator
+            Source of randomness.
+
+        Returns
+        -------
+        x : torch.Tensor
+            Int64 inputs ``(size, length(n))``.
+        y : torch.Tensor
+            Int64 targets, same shape; ``-100`` where nothing is scored.
+        """
         raise NotImplementedError
 
     def length(self, n):
+        """Sequence length of the inputs for problems of size ``n``.
+
+        Parameters
+        ----------
+        n : int
+            Problem size.
+
+        Returns
+        -------
+        int
+            ``x.shape[1]`` of :meth:`batch`.
+        """
         raise NotImplementedError
 
     def _tokens(self, n, size, generator):
@@ -57,7 +93,13 @@ class Task:
 
 @dataclass(frozen=True)
 class Copy(Task):
-    """``BOS c_1 .. c_n SEP`` then the same ``n`` tokens, predicted one by one."""
+    """``BOS c_1 .. c_n SEP`` then the same ``n`` tokens, predicted one by one.
+
+    Parameters
+    ----------
+    content : int
+        Number of content tokens.
+    """
 
     name = "copy"
 
@@ -79,7 +121,13 @@ class Copy(Task):
 
 @dataclass(frozen=True)
 class Reverse(Copy):
-    """``BOS c_1 .. c_n SEP`` then ``c_n .. c_1``."""
+    """``BOS c_1 .. c_n SEP`` then ``c_n .. c_1``.
+
+    Parameters
+    ----------
+    content : int
+        Number of content tokens.
+    """
 
     name = "reverse"
 
@@ -95,6 +143,15 @@ class Lookback(Task):
     drawn from ``1 .. min(max_k, n - 1)`` per problem. With a fixed ``k`` the input is just
     ``c_1 .. c_n`` with tokens ``0 .. content - 1`` (no specials, vocabulary ``content``),
     as in Parts 2 and 3.
+
+    Parameters
+    ----------
+    content : int
+        Number of content tokens.
+    k : int, optional
+        A fixed lag (no markers); default: drawn per problem.
+    max_k : int
+        Largest lag drawn.
     """
 
     k: int | None = None
@@ -128,6 +185,11 @@ class IndirectIndexing(Task):
     ``BOS c_1 .. c_n SEP q O_o`` with distinct ``c`` and ``q = c_i``; the answer is
     ``c_{i+o}``, predicted at the last position. Offsets ``o`` in ``{-4..-1, 1..4}``
     (those with ``|o| < n``).
+
+    Parameters
+    ----------
+    content : int
+        Number of content tokens; at least the largest problem size.
     """
 
     name = "indirect"

@@ -17,7 +17,31 @@ __all__ = ["Config", "make_model", "train", "evaluate"]
 
 @dataclass(frozen=True)
 class Config:
-    """Model and budget of a run (the study's defaults; every field is a CLI option)."""
+    """Model and budget of a run (the study's defaults; every field is a CLI option).
+
+    Parameters
+    ----------
+    dim, depth, heads : int
+        Model width, number of blocks, attention heads.
+    steps, batch : int
+        Optimiser steps and problems per step.
+    lr : float
+        Peak learning rate (AdamW).
+    warmup : float
+        Fraction of the steps of linear warm-up, then cosine decay to 0.
+    train_min, train_max : int
+        Training problem sizes are drawn uniformly from ``train_min .. train_max``.
+    lengths : tuple of int
+        Test problem sizes.
+    eval_size : int
+        Test problems per size.
+    content : int
+        Content tokens of the vocabulary.
+    max_len : int
+        Size of the position tables (absolute encodings, RoPE, xPos).
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    """
 
     dim: int = 64
     depth: int = 2
@@ -35,11 +59,27 @@ class Config:
     device: str = "cpu"
 
     def as_dict(self):
+        """The fields as JSON-friendly values (tuples as lists)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def make_model(encoding, config: Config, *, vocab: int | None = None) -> TransformerLM:
-    """A causal ``TransformerLM`` of the config's size around ``encoding``."""
+    """A causal ``TransformerLM`` of the config's size around ``encoding``.
+
+    Parameters
+    ----------
+    encoding : posenc.torch.PositionalEncoding
+        The encoding.
+    config : Config
+        Model size and device.
+    vocab : int, optional
+        Vocabulary size; default the study's (specials and ``config.content`` tokens).
+
+    Returns
+    -------
+    posenc.torch.TransformerLM
+        On ``config.device``.
+    """
     vocab = vocab_size(config.content) if vocab is None else vocab
     lm = TransformerLM(vocab, config.dim, config.depth, config.heads, encoding=encoding)
     return lm.to(config.device)
