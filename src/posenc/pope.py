@@ -111,6 +111,9 @@ def _pos(name, positions, x):
     pos = np.asarray(positions)
     if pos.ndim <= 1:
         pos = check_positions(positions, name)
-        if pos.shape[0] != x.shape[-2]:
-            raise ValueError(f"{name} must have {x.shape[-2]} entries, got {pos.shape[0]}")
+    else:  # one row per leading index: each row checked like a 1-D array
+        pos = np.stack([check_positions(row, name) for row in pos.reshape(-1, pos.shape[-1])])
+        pos = pos.reshape(np.asarray(positions).shape)
+    if pos.shape[-1] != x.shape[-2]:
+        raise ValueError(f"{name} must have {x.shape[-2]} entries, got {pos.shape[-1]}")
     return pos.astype(np.float64)

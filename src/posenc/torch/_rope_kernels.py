@@ -79,7 +79,7 @@ def check_out(x, out):
         raise ValueError(
             f"out must match x: {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}"
         )
-    if out.data_ptr() == x.data_ptr():
+    if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
         raise ValueError("out must not share memory with the input")
     return out
 

@@ -29,8 +29,9 @@ BACKENDS = ("sdpa", "flex")
 
 
 def attention_mask(
-    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None
-):
+    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None,
+    _reuse=False,
+):  # fmt: skip
     """The float mask SDPA adds to the scores: causal, padding and the encoding's bias.
 
     The queries are the *last* ``seq_q`` of the ``seq_k`` key slots (as when decoding with
@@ -67,7 +68,8 @@ def attention_mask(
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
-    if heads is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+    reusable = _reuse and heads is not None and "scores" in encoding.places
+    if reusable and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
         rows = 1 if isinstance(q_positions, range) else q_positions.shape[0]
         out = _workspace((rows, heads, seq_q, seq_k), dtype, device)
     if out is not None and _takes_out(type(encoding)):
@@ -106,7 +108,11 @@ _LOCAL = threading.local()  # one workspace per thread
 
 
 def _workspace(shape, dtype, device):
-    """A buffer of ``shape`` kept between calls (per thread): reused, not reallocated."""
+    """A buffer of ``shape`` kept between calls (per thread): reused, not reallocated.
+
+    Internal to a model step: the mask it holds is consumed before the next step plans.
+    It stays allocated (the size of the last score-bias mask) until the shape changes.
+    """
     buf = getattr(_LOCAL, "mask", None)
     device = torch.device("cpu") if device is None else torch.device(device)
     if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
@@ -143,10 +149,7 @@ def _flex_attention():
     if torch.compiler.is_compiling():  # already inside the user's torch.compile
         return flex_attention
     if "fn" not in _FLEX:
-        # Static shapes: inductor's CPU flex lowering fails on symbolic ones (torch 2.13). Each
-        # new shape or score_mod compiles once; past dynamo's default limit of 8 it would fall
-        # back to the eager kernel (slow, materialised scores), so allow more.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        # Static shapes: inductor's CPU flex lowering fails on symbolic ones (torch 2.13).
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"]
 
@@ -209,7 +212,8 @@ def _run(q, k, v, step, scale):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=scale, enable_gqa=gqa
         )  # (b, heads, seq_q, head_dim)
-    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or v.requires_grad):
+    needs_grad = q.requires_grad or k.requires_grad or v.requires_grad
+    if q.device.type == "cpu" and torch.is_grad_enabled() and needs_grad:
         raise ValueError(
             "backend='flex' has no backward on the CPU (torch 2.13): use backend='sdpa' "
             "to train, or run under torch.no_grad()"
@@ -218,9 +222,13 @@ def _run(q, k, v, step, scale):
     dtype = q.dtype
     if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
         q, k, v = q.float(), k.float(), v.float()  # the CPU kernel is ~1.5x faster in float32
-    out = flex(
-        q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=scale, enable_gqa=gqa
-    )  # (b, heads, seq_q, v_dim)
+    # Each new shape or score_mod compiles once; past dynamo's default limit of 8 it would
+    # fall back to the eager kernel (slow, materialised scores), so allow more, here only.
+    with torch._dynamo.config.patch(recompile_limit=64):
+        out = flex(
+            q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=scale,
+            enable_gqa=gqa,
+        )  # (b, heads, seq_q, v_dim)  # fmt: skip
     return out.to(dtype)
 
 
@@ -262,7 +270,7 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
     if backend == "sdpa":
         step.mask, step.is_causal = attention_mask(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
-            heads=heads, dtype=dtype, device=device,
+            heads=heads, dtype=dtype, device=device, _reuse=True,
         )  # fmt: skip
     else:
         step.score_mod, step.block_mask = flex_plan(
@@ -341,7 +349,7 @@ def attend(
     >>> attend(q, k, v, RotaryEmbedding(8, max_len=16)).shape
     torch.Size([1, 4, 6, 8])
     """
-    enc = NoPE() if encoding is None else check_encoding(encoding)
+    enc = NoPE() if encoding is None else check_encoding(encoding, causal)
     check_backend(backend)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         shapes = ", ".join(str(tuple(t.shape)) for t in (q, k, v))
@@ -356,6 +364,10 @@ def attend(
     if causal and sq > sk:
         raise ValueError(f"causal attention needs seq_q <= seq_k, got {sq} and {sk}")
     k_pos = position_arg(k_positions, b, sk)
+    if q_positions is None and sq > sk:
+        raise ValueError(
+            f"q_positions must be given when there are more queries ({sq}) than keys ({sk})"
+        )
     if q_positions is None:
         q_pos = range(sk - sq, sk) if isinstance(k_pos, range) else k_pos[:, sk - sq :]
     else:

@@ -55,6 +55,10 @@ class PositionalEncoding(nn.Module):
     #: RoPE scalings): the cache then keeps raw keys and the hook sees all of them each step.
     caches_encoded_keys: bool = True
 
+    #: Whether the encoding is defined for causal attention only (bidirectional attention
+    #: with it raises ``ValueError``), such as ALiBi's ``-m (i - j)`` without ``symmetric``.
+    requires_causal: bool = False
+
     def __init__(self) -> None:
         super().__init__()
 
@@ -229,8 +233,12 @@ class PositionalEncoding(nn.Module):
         # .to(), .half(), .cuda(), to_empty() ... all land here: let torch move everything,
         # then rebuild the derived tables exactly, in their own dtype, on the new device.
         super()._apply(fn, recurse)
-        probe = fn(torch.zeros((), dtype=torch.float32))  # what the move does to float32
-        self.__dict__["_work"] = torch.float64 if probe.dtype == torch.float64 else torch.float32
+        # what the move does to floats: a device-only move keeps both probes' dtypes and
+        # leaves the work dtype alone; a cast sets it (float64, or float32 for any other)
+        p32 = fn(torch.zeros((), dtype=torch.float32))
+        p64 = fn(torch.zeros((), dtype=torch.float64))
+        if not (p32.dtype == torch.float32 and p64.dtype == torch.float64):
+            self.__dict__["_work"] = torch.float64 if p32.dtype == torch.float64 else torch.float32
         present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
         if present:
             self._register_derived(present[0].device)
@@ -269,8 +277,12 @@ class NoPE(PositionalEncoding):
         return x
 
 
-def check_encoding(encoding) -> PositionalEncoding:
-    """Return ``encoding`` if it is a :class:`PositionalEncoding`, else raise ``ValueError``."""
+def check_encoding(encoding, causal=True) -> PositionalEncoding:
+    """Return ``encoding`` if it is a :class:`PositionalEncoding` usable with ``causal``."""
     if not isinstance(encoding, PositionalEncoding):
         raise ValueError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
+    if not causal and encoding.requires_causal:
+        raise ValueError(
+            f"encoding {encoding!r} is for causal attention only (causal=False was given)"
+        )
     return encoding

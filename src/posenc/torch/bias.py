@@ -19,7 +19,12 @@ from torch import nn
 import posenc
 from posenc._checks import check_int, check_positive
 from posenc.torch.base import PositionalEncoding
-from posenc.torch.positions import position_at, position_tensor, relative_positions
+from posenc.torch.positions import (
+    position_arg,
+    position_at,
+    position_tensor,
+    relative_positions,
+)
 
 __all__ = ["ALiBi", "T5RelativeBias", "KERPLE", "FIRE"]
 
@@ -42,10 +47,18 @@ class _ScoreBias(PositionalEncoding):
         Returns
         -------
         torch.Tensor
-            Float32 ``(batch|1, heads, seq_q, seq_k)``.
+            ``(batch|1, heads, seq_q, seq_k)`` in ``work_dtype`` (float32, or float64 after
+            ``.double()``).
         """
         k_positions = q_positions if k_positions is None else k_positions
-        return self.score_bias(_as_hook_positions(q_positions), _as_hook_positions(k_positions))
+        qp = _as_hook_positions(q_positions, "q_positions")
+        kp = _as_hook_positions(k_positions, "k_positions")
+        rows = [p.shape[0] for p in (qp, kp) if not isinstance(p, range)]
+        if len(rows) == 2 and rows[0] != rows[1] and 1 not in rows:
+            raise ValueError(
+                f"k_positions must have the batch of q_positions ({rows[0]}), got {rows[1]}"
+            )
+        return self.score_bias(qp, kp)
 
     def extra_repr(self):
         return f"heads={self.heads}"
@@ -65,7 +78,8 @@ class ALiBi(_ScoreBias):
     heads : int
         Number of query heads.
     symmetric : bool
-        Penalise :math:`|i - j|` (bidirectional attention) instead of :math:`i - j`.
+        Penalise :math:`|i - j|` (bidirectional attention) instead of :math:`i - j`; the
+        default form is for causal attention only (``causal=False`` raises).
 
     Examples
     --------
@@ -85,6 +99,11 @@ class ALiBi(_ScoreBias):
         self.symmetric = bool(symmetric)
         self._register_derived()
 
+    @property
+    def requires_causal(self) -> bool:
+        """``-m (i - j)`` favours future keys: bidirectional attention needs ``symmetric``."""
+        return not self.symmetric
+
     def _derived_tensors(self):
         return {"slopes": torch.from_numpy(posenc.alibi_slopes(self.heads))}  # float64 (h,)
 
@@ -98,7 +117,8 @@ class ALiBi(_ScoreBias):
         return dist[:, None] * neg  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
-        slopes, qpos, kpos = self.slopes.float(), position_at(q_positions), position_at(k_positions)
+        slopes, device = self.slopes.float(), self.slopes.device
+        qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
         symmetric = self.symmetric
 
         def alibi(score, b, h, q_idx, kv_idx):
@@ -180,7 +200,10 @@ class T5RelativeBias(_ScoreBias):
 
     def score_mod(self, q_positions, k_positions):
         table, bucket, md = self.weight.float(), self.bucket, self.max_distance
-        qpos, kpos = position_at(q_positions), position_at(k_positions)
+        qpos, kpos = (
+            position_at(q_positions, bucket.device),
+            position_at(k_positions, bucket.device),
+        )
 
         def t5(score, b, h, q_idx, kv_idx):
             rel = (kpos(b, kv_idx) - qpos(b, q_idx)).clamp(-md, md)  # key - query
@@ -199,7 +222,7 @@ class KERPLE(_ScoreBias):
     r"""KERPLE (Chi et al., 2022): a learned kernel of the distance, per head.
 
     ``variant="log"``: :math:`-r_1 \log(1 + r_2 |i - j|)`; ``variant="power"``:
-    :math:`-r_1 |i - j|^{r_2}`, :math:`0 < r_2 \le 2`. The constraints hold by construction
+    :math:`-r_1 |i - j|^{r_2}`, :math:`0 < r_2 < 2`. The constraints hold by construction
     (softplus, and :math:`2\,\sigma` for the power), so gradients never vanish at a bound as
     with clamping. Initialised at ALiBi: :math:`r_1 = 1, r_2 = m_h` (log; near ALiBi for
     small distances) or :math:`r_1 = m_h, r_2 = 1` (power; exactly symmetric ALiBi), with
@@ -263,8 +286,8 @@ class KERPLE(_ScoreBias):
         return self._kernel(dist[:, None], r1, r2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
-        r1, r2 = self.r1.float(), self.r2.float()
-        qpos, kpos = position_at(q_positions), position_at(k_positions)
+        r1, r2, device = self.r1.float(), self.r2.float(), self.raw_r1.device
+        qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
 
         variant = self.variant
 
@@ -355,12 +378,18 @@ def _kerple(variant, dist, r1, r2):
     return -r1 * torch.log1p(r2 * dist) if variant == "log" else -r1 * dist**r2
 
 
-def _as_hook_positions(positions):
-    """A ``range`` as is; ints ``(seq,)`` or ``(batch, seq)`` as an int64 2-D tensor."""
+def _as_hook_positions(positions, name):
+    """A ``range`` as is; ints ``(seq,)`` or ``(batch, seq)`` validated, as int64 ``(b|1, seq)``."""
     if isinstance(positions, range):
-        return positions
+        return position_arg(positions, 1, len(positions))
     positions = torch.as_tensor(positions)
-    return positions[None] if positions.dim() == 1 else positions
+    if positions.dim() not in (1, 2):
+        raise ValueError(f"{name} must be (seq,) or (batch, seq), got {tuple(positions.shape)}")
+    rows = 1 if positions.dim() == 1 else positions.shape[0]
+    try:
+        return position_arg(positions, rows, positions.shape[-1])
+    except ValueError as err:
+        raise ValueError(str(err).replace("positions", name, 1)) from None
 
 
 def _softplus_inverse(y):

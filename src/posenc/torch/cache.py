@@ -90,6 +90,7 @@ class KVCache:
         self.contiguous = True  # are the positions 0 .. length - 1 in every row?
         self.valid.fill_(False)
         self.positions.zero_()
+        self._pending = None
 
     def __len__(self) -> int:
         return self.length
@@ -109,6 +110,7 @@ class KVCache:
             raise ValueError(
                 f"cache is full: max_len={self.max_len}, holds {start} tokens, got {n} more"
             )
+        saved = (self.length, self.padded, self.contiguous)
         if positions is None and self.contiguous:
             q_pos = range(start, stop)
         elif positions is None:  # continue every row after its own last position
@@ -118,8 +120,10 @@ class KVCache:
             q_pos = position_arg(positions, batch, n)
         if not (isinstance(q_pos, range) and q_pos.start == start):
             self.contiguous = False
-        if isinstance(q_pos, range):
-            self.positions[:, start:stop] = torch.arange(start, stop, device=self.positions.device)
+        if isinstance(q_pos, range):  # its own values (a range need not start at the slot)
+            self.positions[:, start:stop] = torch.arange(
+                q_pos.start, q_pos.stop, device=self.positions.device
+            )
         else:
             self.positions[:, start:stop] = q_pos.to(self.positions.device)
         if padding_mask is None:
@@ -128,9 +132,24 @@ class KVCache:
             self.valid[:, start:stop] = padding_mask.to(self.valid.device)
             self.padded = True
         self.length = stop
+        self._pending = saved  # until the step commits: _rollback restores this
         k_pos = range(stop) if self.contiguous else self.positions[:, :stop]
         key_valid = self.valid[:, :stop] if self.padded else None
         return start, q_pos, k_pos, key_valid
+
+    def _commit(self):
+        """The step that called ``_begin`` finished: keep what it wrote."""
+        self._pending = None
+
+    def _rollback(self):
+        """Undo an uncommitted ``_begin`` (a step that raised must leave no trace)."""
+        if getattr(self, "_pending", None) is None:
+            return
+        length, padded, contiguous = self._pending
+        self.valid[:, length:] = False
+        self.positions[:, length:] = 0
+        self.length, self.padded, self.contiguous = length, padded, contiguous
+        self._pending = None
 
     def _store(self, layer, start, k, v, full=False):
         """Write ``k``, ``v`` ``(batch, kv_heads, n, ·)`` at ``start``; return the cached ones.

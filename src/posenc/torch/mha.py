@@ -78,8 +78,8 @@ class MultiHeadAttention(nn.Module):
         if heads % self.kv_heads:
             raise ValueError(f"kv_heads must divide heads={heads}, got kv_heads={self.kv_heads}")
         self.head_dim = dim // heads
-        self.encoding = NoPE() if encoding is None else check_encoding(encoding)
         self.causal = bool(causal)
+        self.encoding = NoPE() if encoding is None else check_encoding(encoding, self.causal)
         self.backend = check_backend(backend)
         self.qkv = nn.Linear(dim, (heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
         self.out = nn.Linear(dim, dim, bias=bias)
@@ -127,9 +127,17 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
-        step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
-                         **self._plan_options(x))  # fmt: skip
-        return self._attend_step(x, step, layer=0)
+        try:
+            step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
+                             **self._plan_options(x))  # fmt: skip
+            y = self._attend_step(x, step, layer=0)
+        except Exception:
+            if cache is not None:
+                cache._rollback()  # a failed step leaves the cache as it was
+            raise
+        if cache is not None:
+            cache._commit()
+        return y
 
     def _plan_options(self, x):
         """Keyword arguments of the step planning for input ``x`` (shared with the model)."""
@@ -183,4 +191,4 @@ def _new_cache(module, layers, batch, max_len):
 def share_encoding(attn: MultiHeadAttention, encoding: PositionalEncoding) -> None:
     """Let ``attn`` use ``encoding`` without owning it: one copy in the model's state_dict."""
     attn._modules.pop("encoding", None)
-    attn.__dict__["encoding"] = check_encoding(encoding)
+    attn.__dict__["encoding"] = check_encoding(encoding, attn.causal)

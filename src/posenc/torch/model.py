@@ -144,10 +144,17 @@ class TransformerLM(nn.Module):
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
         x = self.embed(idx)  # (b, n, dim)
         options = self.blocks[0].attn._plan_options(x)  # causal, heads, backend, dtype, device
-        step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
-        x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, step, layer)  # (b, n, dim)
+        try:
+            step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
+            x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
+            for layer, block in enumerate(self.blocks):
+                x = block(x, step, layer)  # (b, n, dim)
+        except Exception:
+            if cache is not None:
+                cache._rollback()  # a failed step leaves the cache as it was
+            raise
+        if cache is not None:
+            cache._commit()
         return self.head(self.norm(x))  # (b, n, vocab)
 
     @torch.no_grad()

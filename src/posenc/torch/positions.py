@@ -119,21 +119,24 @@ def position_tensor(positions, device=None) -> torch.Tensor:
     return positions if device is None else positions.to(device)
 
 
-def position_at(positions):
+def position_at(positions, device=None):
     """``f(b, idx)``: the position of slot ``idx`` of row ``b``, usable inside a ``score_mod``.
 
     Parameters
     ----------
     positions : torch.Tensor or range
         As passed to a hook.
+    device : torch.device, optional
+        Where a ``range``'s start is put: it is a tensor, not a Python int, so a compiled
+        kernel does not specialise on it and is reused as a KV cache grows.
 
     Returns
     -------
     callable
-        ``f(b, idx) -> int64 tensor``; for a ``range`` no tensor is read.
+        ``f(b, idx) -> int64 tensor``.
     """
     if isinstance(positions, range):
-        start = positions.start
+        start = torch.tensor(positions.start, device=device)
         return lambda b, idx: idx + start
     if positions.shape[0] == 1:
         row = positions[0]

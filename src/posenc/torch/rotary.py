@@ -248,7 +248,7 @@ class RotaryEmbedding(PositionalEncoding):
             "cos_sin": _table_now(pos, pos, "cpu", self._key, torch.float32)
         }  # (max_len, r//2, 2)
 
-    def table(self, positions, dtype=torch.float32, *, length_from=None):
+    def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
 
         Parameters
@@ -260,6 +260,8 @@ class RotaryEmbedding(PositionalEncoding):
         length_from : torch.Tensor or range, optional
             Positions whose maximum + 1 is the length fed to a length-dependent scaling
             (default ``positions``).
+        device : torch.device, optional
+            Where a table computed now goes (default: where the cached table lives).
 
         Returns
         -------
@@ -271,7 +273,7 @@ class RotaryEmbedding(PositionalEncoding):
             last = max_position(positions)
             if last >= self.max_len:
                 raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
-        device = self._device()
+        device = self._device() if device is None else device
         if self.dynamic or dtype == torch.float64:
             length_from = positions if length_from is None else length_from
             return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
@@ -327,10 +329,10 @@ class RotaryEmbedding(PositionalEncoding):
             length_from = torch.cat(
                 [position_tensor(p, q.device).flatten() for p in (q_positions, k_positions)]
             )
-        cs = self.table(q_positions, q.dtype, length_from=length_from)  # (b|1, sq, r/2, 2)
+        cs = self.table(q_positions, q.dtype, length_from=length_from, device=q.device)
         q = rotate(q, cs[:, None], self.pairing, inplace=inplace)
         if not same:
-            cs = self.table(k_positions, k.dtype, length_from=length_from)  # (b|1, sk, r/2, 2)
+            cs = self.table(k_positions, k.dtype, length_from=length_from, device=k.device)
         return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
 
     def forward(self, q, k, positions=None):
@@ -388,9 +390,12 @@ class RotaryEmbedding(PositionalEncoding):
             )
         pos = position_arg(positions, q.shape[0], q.shape[2])
         q_out, k_out = (None, None) if out is None else out
-        if out is not None and {q_out.data_ptr(), k_out.data_ptr()} & {q.data_ptr(), k.data_ptr()}:
-            raise ValueError("out must not share memory with the input")
-        cs = self.table(pos, q.dtype)[:, None]  # (b|1, 1, seq, r // 2, 2)
+        if out is not None:
+            outs = {t.untyped_storage().data_ptr() for t in (q_out, k_out)}
+            ins = {t.untyped_storage().data_ptr() for t in (q, k)}
+            if len(outs) < 2 or outs & ins:
+                raise ValueError("out must be two buffers sharing memory with nothing else")
+        cs = self.table(pos, q.dtype, device=q.device)[:, None]  # (b|1, 1, seq, r // 2, 2)
         return (
             rotate(q, cs, self.pairing, out=q_out),
             rotate(k, cs, self.pairing, out=k_out),

@@ -29,9 +29,11 @@ class XPos(RotaryEmbedding):
     carries :math:`\zeta_j^{(m - n)/s}`: the centre :math:`c` cancels. It is fixed at
     ``max_len // 2`` (not recomputed per call), so cached keys stay valid while decoding,
     and the scales reach :math:`\zeta_{\min}^{\mp \text{max\_len} / 2s}` at most. Scales are
-    computed in float64 and folded into the cos/sin table; a dtype that cannot hold them
-    for the positions asked (float16 beyond a few thousand positions from the centre)
-    raises :class:`ValueError` instead of producing ``inf`` or ``nan``.
+    computed in float64 and folded into the cos/sin table; positions whose scales a dtype
+    cannot hold (float16 beyond a few thousand positions from the centre) raise
+    :class:`ValueError` instead of producing ``inf`` or ``nan``. The window leaves room
+    for inputs of magnitude up to 16 (:meth:`window`); larger entries near its edge can
+    still overflow float16.
 
     Parameters
     ----------
@@ -72,7 +74,7 @@ class XPos(RotaryEmbedding):
         )
         self.center = self.max_len // 2
         reach = self.window(torch.float32)
-        if self.max_len - 1 - self.center > reach:
+        if max(self.center, self.max_len - 1 - self.center) > reach:  # position 0 is farthest
             raise ValueError(
                 f"max_len must be <= {2 * reach + 1} for xPos with scale_base={self.scale_base} "
                 f"(its scales would overflow float32), got {self.max_len}"
@@ -116,8 +118,9 @@ class XPos(RotaryEmbedding):
                 f"for xPos in {dtype} (its scales would overflow), got {worst}"
             )
 
-    def _scaled(self, positions, dtype, sign):
-        cs = self.table(positions, dtype)  # (b|1, seq, r // 2, 2)
+    def _scaled(self, positions, dtype, sign, device):
+        cs = self.table(positions, dtype, device=device)  # checks max_len: (b|1, seq, r/2, 2)
+        self._check_window(positions, dtype)
         pos = position_tensor(positions, self.log_zeta.device).to(torch.float64)
         power = sign * (pos[..., None] - self.center) / self.scale_base  # (b|1, seq, 1)
         return cs * torch.exp(power * self.log_zeta).to(cs.dtype)[..., None]
@@ -146,14 +149,30 @@ class XPos(RotaryEmbedding):
             Encoded keys.
         """
         self._check(q, k)
-        for positions, t in ((q_positions, q), (k_positions, k)):
-            self._check_window(positions, t.dtype)
-        cs_q = self._scaled(q_positions, q.dtype, +1)  # (b|1, seq_q, r // 2, 2)
-        cs_k = self._scaled(k_positions, k.dtype, -1)  # (b|1, seq_k, r // 2, 2)
+        cs_q = self._scaled(q_positions, q.dtype, +1, q.device)  # (b|1, seq_q, r // 2, 2)
+        cs_k = self._scaled(k_positions, k.dtype, -1, k.device)  # (b|1, seq_k, r // 2, 2)
         return (
             rotate(q, cs_q[:, None], self.pairing, inplace=inplace),
             rotate(k, cs_k[:, None], self.pairing, inplace=inplace),
         )
+
+    @classmethod
+    def from_hf(cls, config, **overrides):
+        """Not offered: Hugging Face configs describe RoPE, not xPos.
+
+        Parameters
+        ----------
+        config : dict or object
+            Unused.
+        **overrides
+            Unused.
+
+        Raises
+        ------
+        NotImplementedError
+            Always.
+        """
+        raise NotImplementedError("XPos has no Hugging Face config; build it directly")
 
     def rope(self, q, k, positions=None, *, out=None):
         """Not offered for xPos: plain RoPE's ``out=`` path would skip the decay.
