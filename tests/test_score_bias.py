@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.torch import FIRE, KERPLE, ALiBi, T5RelativeBias, XPos, attend
+from posenc.torch import FIRE, KERPLE, ALiBi, PoPE, T5RelativeBias, XPos, attend
 
 
 def authors_get_slopes(n):
@@ -150,17 +150,18 @@ def test_each_torch_bias_equals_numpy_and_depends_on_the_offset_only(name):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("name", list(SCORE) + ["xpos"])
+@pytest.mark.parametrize("name", list(SCORE) + ["xpos", "pope"])
 def test_flex_backend_equals_sdpa(name):
     torch.manual_seed(2)
-    enc = XPos(8, max_len=128) if name == "xpos" else SCORE[name][0]()
+    extra = {"xpos": lambda: XPos(8, max_len=128), "pope": lambda: PoPE(8, 4)}
+    enc = extra[name]() if name in extra else SCORE[name][0]()
     q = torch.randn(2, 4, 9, 8)
     k, v = torch.randn(2, 2, 2, 20, 8).unbind(0)
     pm = torch.ones(2, 20, dtype=torch.bool)
     pm[1, :5] = False  # row 1 left-padded
     kp = torch.stack([torch.arange(20), (torch.arange(20) - 5).clamp(min=0)])
     with torch.no_grad():
-        for causal in (True, False):
+        for causal in (True, False) if not enc.requires_causal else (True,):
             kw = {"k_positions": kp, "causal": causal, "padding_mask": pm}
             sdpa = attend(q, k, v, enc, **kw)
             flex = attend(q, k, v, enc, backend="flex", **kw)

@@ -8,8 +8,9 @@ architecture page.
 from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
 from posenc.torch.attention import attend, attention_mask
 from posenc.torch.base import NoPE, PositionalEncoding
-from posenc.torch.bias import FIRE, KERPLE, ALiBi, T5RelativeBias
+from posenc.torch.bias import ALiBi, T5RelativeBias
 from posenc.torch.cache import KVCache
+from posenc.torch.learned_bias import FIRE, KERPLE
 from posenc.torch.mha import MultiHeadAttention
 from posenc.torch.model import TransformerLM
 from posenc.torch.pairing import half_to_interleaved, interleaved_to_half

@@ -163,6 +163,11 @@ def relative_positions(q_positions, k_positions, device=None) -> torch.Tensor:
     return qp[:, :, None] - kp[:, None, :]  # (b|1, sq, sk)
 
 
+def len_of(positions) -> int:
+    """Number of positions in a ``range`` or a ``(b|1, seq)`` tensor."""
+    return len(positions) if isinstance(positions, range) else positions.shape[-1]
+
+
 def max_position(positions) -> int:
     """Largest position (``-1`` if empty): static for a ``range``, read from a tensor."""
     if isinstance(positions, range):

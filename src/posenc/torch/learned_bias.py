@@ -1,0 +1,165 @@
+"""Score encodings that learn the shape of their bias: KERPLE and FIRE.
+
+Same conventions as :mod:`posenc.torch.bias`: a bias ``(batch|1, heads, seq_q, seq_k)``
+in the encoding's ``work_dtype`` from ``score_bias``, and a FlexAttention ``score_mod``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import posenc
+from posenc._checks import check_int, check_positive
+from posenc.torch.bias import _ScoreBias
+from posenc.torch.positions import position_at, position_tensor, relative_positions
+
+__all__ = ["KERPLE", "FIRE"]
+
+
+class KERPLE(_ScoreBias):
+    r"""KERPLE (Chi et al., 2022): a learned kernel of the distance, per head.
+
+    ``variant="log"``: :math:`-r_1 \log(1 + r_2 |i - j|)`; ``variant="power"``:
+    :math:`-r_1 |i - j|^{r_2}`, :math:`0 < r_2 < 2`. The constraints hold by construction
+    (softplus, and :math:`2\,\sigma` for the power), so gradients never vanish at a bound as
+    with clamping. Initialised at ALiBi: :math:`r_1 = 1, r_2 = m_h` (log; near ALiBi for
+    small distances) or :math:`r_1 = m_h, r_2 = 1` (power; exactly symmetric ALiBi), with
+    :math:`m_h` the ALiBi slopes.
+
+    Parameters
+    ----------
+    heads : int
+        Number of query heads.
+    variant : {"log", "power"}
+        The kernel.
+
+    Examples
+    --------
+    >>> from posenc.torch import KERPLE
+    >>> KERPLE(1, variant="power")(range(3)).detach()[0, 0]  # initialised at |i - j| / 2**8
+    tensor([[-0.0000, -0.0039, -0.0078],
+            [-0.0039, -0.0000, -0.0039],
+            [-0.0078, -0.0039, -0.0000]])
+    """
+
+    def __init__(self, heads, *, variant="log"):
+        super().__init__()
+        self.heads = check_int("heads", heads, minimum=1)
+        if variant not in ("log", "power"):
+            raise ValueError(f"variant must be one of ('log', 'power'), got {variant!r}")
+        self.variant = variant
+        self.raw_r1 = nn.Parameter(torch.empty(self.heads))
+        self.raw_r2 = nn.Parameter(torch.empty(self.heads))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Initialise at ALiBi (see the class docstring)."""
+        slopes = torch.from_numpy(posenc.alibi_slopes(self.heads))
+        r1, r2 = (torch.ones_like(slopes), slopes) if self.variant == "log" else (slopes, None)
+        with torch.no_grad():
+            self.raw_r1.copy_(_softplus_inverse(r1))
+            if r2 is None:
+                self.raw_r2.zero_()  # 2 * sigmoid(0) = 1
+            else:
+                self.raw_r2.copy_(_softplus_inverse(r2))
+
+    @property
+    def r1(self):
+        """Positive per-head scale ``(heads,)``, in ``work_dtype``."""
+        return F.softplus(self.raw_r1.to(self.work_dtype))
+
+    @property
+    def r2(self):
+        """Per-head rate (log, positive) or exponent (power, in ``(0, 2)``)."""
+        raw = self.raw_r2.to(self.work_dtype)
+        return F.softplus(raw) if self.variant == "log" else 2 * torch.sigmoid(raw)
+
+    def _kernel(self, dist, r1, r2):
+        return _kerple(self.variant, dist, r1, r2)
+
+    def score_bias(self, q_positions, k_positions, *, out=None):
+        dist = relative_positions(q_positions, k_positions, self.raw_r1.device).abs()
+        dist = dist.to(self.work_dtype)
+        r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # (heads, 1, 1)
+        return self._kernel(dist[:, None], r1, r2)  # (b|1, heads, sq, sk)
+
+    def score_mod(self, q_positions, k_positions):
+        r1, r2, device = self.r1.float(), self.r2.float(), self.raw_r1.device
+        qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
+
+        variant = self.variant
+
+        def kerple(score, b, h, q_idx, kv_idx):
+            dist = (qpos(b, q_idx) - kpos(b, kv_idx)).abs().float()
+            return score + _kerple(variant, dist, r1[h], r2[h])
+
+        return kerple
+
+    def extra_repr(self):
+        return f"heads={self.heads}, variant={self.variant!r}"
+
+
+class FIRE(_ScoreBias):
+    r"""FIRE (Li et al., 2023): an MLP of the progressively interpolated distance, per head.
+
+    :math:`B_{h,i,j} = f_\theta\big(\psi(|i-j|) / \psi(\max(L, i))\big)` with
+    :math:`\psi(x) = \log(c x + 1)` and :math:`f_\theta` a ReLU MLP (1 -> ``hidden`` ->
+    ``heads``); :math:`c` and :math:`L` are learned (kept positive through their
+    logarithms). The reference is :func:`posenc.fire_bias`. FlexAttention uses the default
+    ``score_mod`` (the bias is materialised: the MLP does not run inside the kernel).
+
+    Parameters
+    ----------
+    heads : int
+        Number of query heads.
+    hidden : int
+        Width of the MLP's hidden layer.
+    c : float
+        Initial :math:`c`.
+    threshold : float
+        Initial :math:`L`.
+
+    Examples
+    --------
+    >>> from posenc.torch import FIRE
+    >>> FIRE(4)(range(5)).shape
+    torch.Size([1, 4, 5, 5])
+    """
+
+    eps = 1e-6
+
+    def __init__(self, heads, *, hidden=32, c=0.1, threshold=512.0):
+        super().__init__()
+        self.heads = check_int("heads", heads, minimum=1)
+        hidden = check_int("hidden", hidden, minimum=1)
+        self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, self.heads))
+        self.log_c = nn.Parameter(torch.tensor(math.log(check_positive("c", c))))
+        threshold = check_positive("threshold", threshold)
+        self.log_threshold = nn.Parameter(torch.tensor(math.log(threshold)))
+
+    def score_bias(self, q_positions, k_positions, *, out=None):
+        device, work = self.log_c.device, self.work_dtype
+        rel = relative_positions(q_positions, k_positions, device).to(work)  # (b|1, sq, sk)
+        query = position_tensor(q_positions, device)[:, :, None].to(work)  # i: (b|1, sq, 1)
+        c, threshold = self.log_c.to(work).exp(), self.log_threshold.to(work).exp()
+        norm = torch.log1p(c * torch.maximum(query, threshold)) + self.eps  # (b|1, sq, 1)
+        x = torch.log1p(c * rel.abs()) / norm  # in [0, 1] for keys at or before the query
+        first, last = self.mlp[0], self.mlp[2]
+        hidden = F.relu(F.linear(x[..., None], first.weight.to(work), first.bias.to(work)))
+        out = F.linear(hidden, last.weight.to(work), last.bias.to(work))  # (b|1, sq, sk, heads)
+        return out.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
+
+    def extra_repr(self):
+        return f"heads={self.heads}, hidden={self.mlp[0].out_features}"
+
+
+def _kerple(variant, dist, r1, r2):
+    return -r1 * torch.log1p(r2 * dist) if variant == "log" else -r1 * dist**r2
+
+
+def _softplus_inverse(y):
+    return y + torch.log(-torch.expm1(-y))  # softplus(x) = y  <=>  x = y + log(1 - e^-y)
