@@ -2,8 +2,8 @@ r"""
 ALiBi in your own attention with plain SDPA
 ===========================================
 
-ALiBi adds :math:`-m_h (m - n)` to the score of query :math:`m` and key :math:`n`, with a
-fixed slope :math:`m_h` per head. With :func:`torch.nn.functional.scaled_dot_product_attention`
+ALiBi adds :math:`-\kappa_h (m - n)` to the score of query :math:`m` and key :math:`n`, with a
+fixed slope :math:`\kappa_h` per head. With :func:`torch.nn.functional.scaled_dot_product_attention`
 the bias goes in the float ``attn_mask``, together with the causal mask (``-inf`` above
 the diagonal).
 """

@@ -25,7 +25,7 @@ slopes = torch.tensor(posenc.alibi_slopes(heads), dtype=torch.float32)  # (heads
 
 
 def alibi(score, b, h, q_idx, kv_idx):
-    return score - slopes[h] * (q_idx - kv_idx)  # -m_h (m - n), in float32
+    return score - slopes[h] * (q_idx - kv_idx)  # -slope (m - n), in float32
 
 
 def causal(b, h, q_idx, kv_idx):
