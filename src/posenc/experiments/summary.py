@@ -11,7 +11,7 @@ LEARNED = 0.9  # in-distribution exact match below this: "did not learn the task
 
 
 def summarise(rows, metric="exact"):
-    """``{(task, encoding): {"mean": {n: m}, "sd": {n: s}, "seeds": k, "learned": bool}}``.
+    """Mean and spread over seeds of each (task, encoding)'s accuracy at every test size.
 
     Parameters
     ----------
@@ -23,8 +23,10 @@ def summarise(rows, metric="exact"):
     Returns
     -------
     dict
-        Keyed by ``(task, encoding)``; ``learned`` is false when the mean accuracy at the
-        smallest test size (the training size) is below :data:`LEARNED`.
+        Keyed by ``(task, encoding)``, each value a dict with ``mean`` and ``sd`` (dicts
+        from test size to accuracy), ``seeds`` (int) and ``learned`` (bool); ``learned``
+        is false when the mean accuracy at the smallest test size (the training size) is
+        below :data:`LEARNED`.
     """
     groups = defaultdict(list)
     for row in rows:

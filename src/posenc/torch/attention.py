@@ -30,8 +30,7 @@ BACKENDS = ("sdpa", "flex")
 
 
 def attention_mask(
-    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None,
-    _reuse=False,
+    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None
 ):  # fmt: skip
     """The float mask SDPA adds to the scores: causal, padding and the encoding's bias.
 
@@ -66,10 +65,15 @@ def attention_mask(
     is_causal : bool
         Whether SDPA's own causal path applies (only when ``mask`` is ``None``).
     """
+    return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device)
+
+
+def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, reuse=False):
+    """:func:`attention_mask`; ``reuse`` writes score biases into a per-thread workspace."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
-    reusable = _reuse and heads is not None and "scores" in encoding.places
+    reusable = reuse and heads is not None and "scores" in encoding.places
     if reusable and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
         rows = 1 if isinstance(q_positions, range) else q_positions.shape[0]
         out = _workspace((rows, heads, seq_q, seq_k), dtype, device)
@@ -197,10 +201,9 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
     """The mask (or score_mod and block mask) of one step, built once for all its layers."""
     step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
     if backend == "sdpa":
-        step.mask, step.is_causal = attention_mask(
-            encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
-            heads=heads, dtype=dtype, device=device, _reuse=True,
-        )  # fmt: skip
+        step.mask, step.is_causal = _mask(
+            encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, reuse=True
+        )
     else:
         step.score_mod, step.block_mask = flex_plan(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
