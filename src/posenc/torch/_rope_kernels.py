@@ -121,8 +121,8 @@ def _complex_view_ok(t):
 
 
 def _rotate_halves(x, cs, dst, h):
-    """Out of place, same dtype: four kernels on the halves, no temporaries."""
-    cos, sin = cs[..., 0], cs[..., 1]
+    """Out of place, same dtype: four kernels on the halves, no temporaries of x's size."""
+    cos, sin = _cos_sin(cs)
     x1, x2 = _pairs(x, h, "half")
     o1, o2 = _pairs(dst, h, "half")
     torch.mul(x1, cos, out=o1)  # o1 = x1 cos - x2 sin
@@ -141,11 +141,12 @@ def _rotate_blocked(x, cs, pairing, dst, h):
     if x.numel() <= _BLOCK:
         dst[..., :r].copy_(_rotate_expr(x[..., :r], cs, pairing))
         return
-    tab = cs.expand(*x.shape[:-2], *cs.shape[-3:])  # (..., seq, r // 2, 2), no copy
+    cos, sin = (t.expand(*x.shape[:-1], h) for t in _cos_sin(cs))  # (..., seq, r // 2)
     seq = x.shape[-2]
     buf = None
-    for xv, dv, tv in zip(_views3(x), _views3(dst), _views3(tab, 4), strict=True):
-        rows = xv.shape[0]  # xv, dv: (rows, seq, width); tv: (rows, seq, r // 2, 2)
+    views = zip(_views3(x), _views3(dst), _views3(cos), _views3(sin), strict=True)
+    for xv, dv, cv, sv in views:
+        rows = xv.shape[0]  # xv, dv: (rows, seq, width); cv, sv: (rows, seq, r // 2)
         g = max(1, min(rows, _BLOCK // (seq * r)))  # rows per block
         if buf is None or buf.shape[1] < g:
             buf = torch.empty(2, g, seq, r, dtype=cs.dtype, device=x.device)
@@ -153,14 +154,20 @@ def _rotate_blocked(x, cs, pairing, dst, h):
             n = min(g, rows - j)
             src, res = buf[0, :n], buf[1, :n]  # (n, seq, r)
             src.copy_(xv[j : j + n, :, :r])  # upcast (or copy) the block
-            cos, sin = tv[j : j + n, ..., 0], tv[j : j + n, ..., 1]  # (n, seq, r // 2)
+            c, s = cv[j : j + n], sv[j : j + n]  # (n, seq, r // 2)
             s1, s2 = _pairs(src, h, pairing)
             o1, o2 = _pairs(res, h, pairing)
-            torch.mul(s1, cos, out=o1)
-            o1.addcmul_(s2, sin, value=-1)
-            torch.mul(s2, cos, out=o2)
-            o2.addcmul_(s1, sin)
+            torch.mul(s1, c, out=o1)
+            o1.addcmul_(s2, s, value=-1)
+            torch.mul(s2, c, out=o2)
+            o2.addcmul_(s1, s)
             dv[j : j + n, :, :r].copy_(res)  # round once
+
+
+def _cos_sin(cs):
+    """Contiguous ``cos`` and ``sin`` ``(..., seq, r // 2)`` from the table (small copies):
+    strided operands would keep the four kernels over x from vectorising."""
+    return cs[..., 0].contiguous(), cs[..., 1].contiguous()
 
 
 def _views3(t, ndim=3):
