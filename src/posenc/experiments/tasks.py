@@ -93,7 +93,9 @@ class Task:
 
 @dataclass(frozen=True)
 class Copy(Task):
-    """``BOS c_1 .. c_n SEP`` then the same ``n`` tokens, predicted one by one.
+    """Copy: a sequence, a separator, then the same sequence predicted token by token.
+
+    ``BOS c_1 .. c_n SEP`` then the same ``n`` tokens.
 
     Parameters
     ----------
@@ -121,7 +123,9 @@ class Copy(Task):
 
 @dataclass(frozen=True)
 class Reverse(Copy):
-    """``BOS c_1 .. c_n SEP`` then ``c_n .. c_1``.
+    """Reverse: a sequence, a separator, then the sequence backwards.
+
+    ``BOS c_1 .. c_n SEP`` then ``c_n .. c_1``.
 
     Parameters
     ----------
