@@ -101,6 +101,10 @@ numpydoc_xref_aliases = {
     "ndarray": "numpy.ndarray",
     "Tensor": "torch.Tensor",
     "array_like": "array_like",
+    "Path": "pathlib.Path",
+    "TransformerLM": "posenc.torch.TransformerLM",
+    "Task": "posenc.experiments.Task",
+    "Job": "posenc.experiments.Job",
 }
 numpydoc_xref_ignore = {"of", "or", "optional", "default", "shape", "array_like"}
 numpydoc_validation_checks = {"PR01", "PR02", "PR10", "RT02"}

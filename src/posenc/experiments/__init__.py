@@ -2,7 +2,7 @@
 
 ``python -m posenc.experiments run --quick`` runs a miniature; ``nox -s experiments``
 the full grid into ``benchmarks/results/length_generalisation.jsonl``. Pages import the
-pieces: :mod:`~posenc.experiments.tasks` (the problems),
+pieces: ``posenc.experiments.tasks`` (the problems),
 :mod:`~posenc.experiments.train` (:func:`train`, :func:`evaluate`),
 :mod:`~posenc.experiments.grid` (encodings, jobs, the runner) and
 :mod:`~posenc.experiments.summary` (tables).
@@ -19,7 +19,7 @@ from posenc.experiments.grid import (
     run_job,
 )
 from posenc.experiments.summary import summarise, table
-from posenc.experiments.tasks import TASKS, Copy, IndirectIndexing, Lookback, Reverse
+from posenc.experiments.tasks import TASKS, Copy, IndirectIndexing, Lookback, Reverse, Task
 from posenc.experiments.train import Config, evaluate, make_model, train
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "IndirectIndexing",
     "Job",
     "Lookback",
+    "Task",
     "Reverse",
     "evaluate",
     "jobs_of",

@@ -65,6 +65,18 @@ VARIANTS = {
 
 @dataclass(frozen=True)
 class Job:
+    """One training run of the grid: an encoding on a task with a seed.
+
+    Parameters
+    ----------
+    encoding : str
+        A name in ``ENCODINGS``; a trained RoPE job also yields the ``VARIANTS`` rows.
+    task : str
+        A name in ``posenc.experiments.TASKS``.
+    seed : int
+        Seed of the initialisation and of the training problems.
+    """
+
     encoding: str
     task: str
     seed: int
@@ -81,7 +93,7 @@ def jobs_of(encodings, tasks, seeds, shard=(0, 1)):
     Parameters
     ----------
     encodings : list of str
-        Names in :data:`ENCODINGS`.
+        Names in ``ENCODINGS``.
     tasks : list of str
         Names in ``posenc.experiments.TASKS``.
     seeds : list of int

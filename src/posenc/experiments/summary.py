@@ -16,7 +16,7 @@ def summarise(rows, metric="exact"):
     Parameters
     ----------
     rows : list of dict
-        Result rows (see :func:`posenc.experiments.grid.load`).
+        Result rows (see :func:`posenc.experiments.load`).
     metric : {"exact", "token"}
         Exact match or token accuracy.
 
@@ -26,7 +26,7 @@ def summarise(rows, metric="exact"):
         Keyed by ``(task, encoding)``, each value a dict with ``mean`` and ``sd`` (dicts
         from test size to accuracy), ``seeds`` (int) and ``learned`` (bool); ``learned``
         is false when the mean accuracy at the smallest test size (the training size) is
-        below :data:`LEARNED`.
+        below ``LEARNED`` (0.9).
     """
     groups = defaultdict(list)
     for row in rows:

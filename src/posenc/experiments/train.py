@@ -102,7 +102,7 @@ def train(lm, task, *, steps, batch=64, lr=3e-3, sizes=(4, 16), warmup=0.05, sch
     ----------
     lm : TransformerLM
         The model (trained in place).
-    task : posenc.experiments.tasks.Task
+    task : Task
         Draws the batches.
     steps : int
         Optimiser steps.
@@ -158,7 +158,7 @@ def evaluate(lm, task, sizes, *, size=512, batch=128, seed=10_000, device="cpu")
     ----------
     lm : TransformerLM
         The model.
-    task : posenc.experiments.tasks.Task
+    task : Task
         Draws the problems.
     sizes : iterable of int
         Problem sizes ``n`` to test.

@@ -37,9 +37,9 @@ class PoPE(PositionalEncoding):
 
     the score of :func:`posenc.pope_scores`. Values stay ``head_dim`` wide and the softmax
     scale stays :math:`1/\sqrt{d}` of the original width (:meth:`qk_dim` and
-    :meth:`softmax_scale` tell the attention core). The phase bias is applied on the query
-    side -- the same scores -- so keys do not depend on it: a KV cache holds them as is and
-    grouped-query heads can share them.
+    :meth:`~posenc.torch.PositionalEncoding.softmax_scale` tell the attention core). The
+    phase bias is applied on the query side -- the same scores -- so keys do not depend on
+    it: a KV cache holds them as is and grouped-query heads can share them.
 
     **The phase bias at the boundary.** The paper clamps :math:`\delta` to
     :math:`[-2\pi, 0]`, so a :math:`\delta` pushed past a bound stops receiving gradient.
