@@ -313,7 +313,7 @@ def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
 
 
 def _bar(total, initial, enabled):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain text bar: tqdm.auto warns inside notebooks without ipywidgets
 
     return tqdm(total=total, initial=initial, desc="grid", unit="run", disable=not enabled)
 
