@@ -113,7 +113,7 @@ def experiments(session: nox.Session) -> None:
     """The length-generalisation study of Part 6 (python -m posenc.experiments run).
 
     ``nox -s experiments`` runs (or resumes) the full grid with two processes into
-    benchmarks/results/length_generalisation.jsonl (about 80 min on 2 cores);
+    benchmarks/results/length_generalisation.jsonl (133 min of CPU: about 70 min on 2 cores);
     ``nox -s experiments -- --quick`` runs the miniature (under 3 minutes) and prints its
     table. Other arguments go to ``run`` (``--shard 0/4``, ``--device cuda``, ``--steps``...).
     """
@@ -129,8 +129,9 @@ def mutation(session: nox.Session) -> None:
     """Mutation testing of src/posenc with mutmut (slow: hours on 2 cores; not run in CI).
 
     Configuration in pyproject.toml ([tool.mutmut]): every test except the torch.compile
-    ones. Arguments go to ``mutmut run`` (e.g. ``-- --max-children 2``); the score and the
-    surviving mutants are printed at the end. ``mutmut show <name>`` shows one.
+    ones. Arguments go to ``mutmut run``: ``-- --max-children 2``, and mutant-name patterns
+    to mutate some modules only (``-- --max-children 2 "posenc.torch.cache.*"``); the
+    score and the surviving mutants are printed at the end. ``mutmut show <name>`` shows one.
     """
     _install(session, "test")
     session.install("mutmut==3.8.1", *CONSTRAINTS)
