@@ -284,3 +284,33 @@ def test_flex_backend_cached_decode_equals_sdpa_full_forward(name):
         lm.blocks.apply(lambda m: setattr(m, "backend", "sdpa") if hasattr(m, "backend") else None)
         sdpa_full = lm(idx, LEFT_POS, LEFT_PAD)
     torch.testing.assert_close(flex_cached, sdpa_full, rtol=1e-4, atol=1e-4)
+
+
+def test_chunk_after_per_row_positions_continues_each_row():
+    # prefill with per-row positions, then a 3-token chunk with no positions: each row
+    # continues from its own last position + 1, + 2, + 3 (the chunk is not one token)
+    lm = make_lm("rope_half")
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, V, (2, 9), generator=g)
+    pos = torch.stack([torch.arange(9) + 5, torch.arange(9) + 40])  # (2, 9)
+    full = lm(idx, pos)
+    cache = lm.new_cache(2, 9)
+    first = lm(idx[:, :6], pos[:, :6], cache=cache)
+    chunk = lm(idx[:, 6:], cache=cache)
+    torch.testing.assert_close(torch.cat([first, chunk], 1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_kv_cache_arguments_and_stored_shapes():
+    from posenc.torch import KVCache
+
+    ok = dict(layers=1, batch=1, max_len=1, kv_heads=1, key_dim=1, value_dim=1)
+    cache = KVCache(**ok)  # every size may be 1
+    assert cache.keys[0].shape == (1, 1, 1, 1)
+    for name in ok:
+        with pytest.raises(ValueError, match=rf"^{name} must be >= 1, got 0"):
+            KVCache(**{**ok, name: 0})
+    cache = KVCache(layers=1, batch=2, max_len=4, kv_heads=2, key_dim=3, value_dim=3)
+    cache._begin(None, None, 2, 2)
+    for k in (torch.zeros(2, 1, 2, 3), torch.zeros(2, 2, 2, 4)):  # wrong heads, wrong dim
+        with pytest.raises(ValueError, match=r"\(2, 2, n, 3\), got"):
+            cache._store(0, 0, k, k)

@@ -41,6 +41,8 @@ def _encodings():
 
 POSITIONS = {  # (q_positions, k_positions): offsets, a query block inside the keys, rows
     "offset-ranges": (range(5, 12), range(3, 12)),
+    "one-row-tensor": (torch.tensor([[3, 5, 8]]), torch.tensor([[0, 3, 5, 8]])),
+    "far": (range(40, 43), torch.arange(0, 70, 7)[None]),  # beyond T5 max_distance, both ways
     "per-row-tensors": (
         torch.tensor([[4, 5, 6], [20, 21, 22]]),
         torch.tensor([[0, 2, 4, 6, 8], [18, 19, 20, 21, 22]]),
@@ -155,3 +157,18 @@ def test_score_bias_hook_messages():
     # a range and a (1, seq) tensor of the same positions give the same bias
     torch.testing.assert_close(alibi(range(2, 6)), alibi(torch.arange(2, 6)[None]))
     torch.testing.assert_close(alibi(range(2, 6)), alibi(torch.arange(2, 6)))
+
+
+def test_position_arg_validates_ranges_lists_and_dtypes():
+    from posenc.torch.positions import position_arg
+
+    assert position_arg(range(3, 7), 2, 4) == range(3, 7)
+    for bad in (range(0, 8, 2), range(0, 5), range(-1, 3)):  # step, length, negative start
+        with pytest.raises(ValueError, match=r"^positions must be a range of 4 consecutive"):
+            position_arg(bad, 2, 4)
+    torch.testing.assert_close(position_arg([3, 4, 5], 2, 3), torch.tensor([[3, 4, 5]]))
+    torch.testing.assert_close(position_arg(np.array([[1, 2], [5, 6]]), 2, 2),
+                               torch.tensor([[1, 2], [5, 6]]))  # fmt: skip
+    for dtype in (torch.bool, torch.float32, torch.complex64):
+        with pytest.raises(ValueError, match=r"^positions must be an integer tensor"):
+            position_arg(torch.zeros(3, dtype=dtype), 1, 3)
