@@ -143,10 +143,10 @@ class Reverse(Copy):
 class Lookback(Task):
     """At every token, the token ``k`` places back (part 2's lag task, ``k`` in context).
 
-    ``BOS K_k c_1 .. c_n``: the target at ``c_t`` is ``c_{t-k}`` for ``t > k``; ``k`` is
-    drawn from ``1 .. min(max_k, n - 1)`` per problem. With a fixed ``k`` the input is just
-    ``c_1 .. c_n`` with tokens ``0 .. content - 1`` (no specials, vocabulary ``content``),
-    as in Parts 2 and 3.
+    ``BOS K_k c_1 .. c_n``: the target at :math:`c_t` is :math:`c_{t-k}` for
+    :math:`t > k`; ``k`` is drawn from ``1 .. min(max_k, n - 1)`` per problem. With a
+    fixed ``k`` the input is just ``c_1 .. c_n`` with tokens ``0 .. content - 1`` (no
+    specials, vocabulary ``content``), as in Parts 2 and 3.
 
     Parameters
     ----------
@@ -187,7 +187,7 @@ class IndirectIndexing(Task):
     """The PoPE paper's indirect indexing: find a query token, answer the one at an offset.
 
     ``BOS c_1 .. c_n SEP q O_o`` with distinct ``c`` and ``q = c_i``; the answer is
-    ``c_{i+o}``, predicted at the last position. Offsets ``o`` in ``{-4..-1, 1..4}``
+    :math:`c_{i+o}`, predicted at the last position. Offsets ``o`` in ``{-4..-1, 1..4}``
     (those with ``|o| < n``).
 
     Parameters
