@@ -170,8 +170,8 @@ def _cos_sin(cs):
     return cs[..., 0].contiguous(), cs[..., 1].contiguous()
 
 
-def _views3(t, ndim=3):
-    """``t`` as a list of ``ndim``-D views, unbinding leading dims (never copies)."""
-    if t.dim() <= ndim:
-        return [t.reshape((1,) * (ndim - t.dim()) + tuple(t.shape))]
-    return [v for sub in t.unbind(0) for v in _views3(sub, ndim)]
+def _views3(t):
+    """``t`` as a list of 3-D views, unbinding leading dims (never copies)."""
+    if t.dim() <= 3:
+        return [t.reshape((1,) * (3 - t.dim()) + tuple(t.shape))]
+    return [v for sub in t.unbind(0) for v in _views3(sub)]
