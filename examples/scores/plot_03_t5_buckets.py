@@ -5,9 +5,34 @@ The T5 bucket function
 T5 learns one bias per head for each *bucket* of the relative position (key minus
 query). Distances below half the buckets (per direction) get a bucket each; larger ones
 share logarithmically wider buckets up to ``max_distance``, and everything beyond shares
-the last one. :func:`posenc.t5_buckets` computes the buckets exactly as T5 checkpoints
-expect (a float32 logarithm, truncated toward zero).
+the last one. For a causal model with :math:`N` buckets, :math:`e = N/2` exact ones and
+``max_distance`` :math:`D`, a key :math:`\Delta \ge 0` places back falls in
+
+.. math::
+
+    b(\Delta) = \Delta \ (\Delta < e), \qquad
+    b(\Delta) = \min\Big(N - 1,\ e + \Big\lfloor
+    \frac{\log(\Delta / e)}{\log(D / e)}\,(N - e)\Big\rfloor\Big) \ (\Delta \ge e).
+
+:func:`posenc.t5_buckets` computes the buckets exactly as T5 checkpoints expect (a
+float32 logarithm, truncated toward zero).
 """
+
+# %%
+# The equation, line by line
+# --------------------------
+# Written out in plain Python for a causal model, then checked against the library.
+import math
+
+
+def bucket(delta, num_buckets=32, max_distance=128):
+    """Causal T5 bucket of a key ``delta >= 0`` places back."""
+    e = num_buckets // 2  # exact buckets
+    if delta < e:
+        return delta
+    grow = math.log(delta / e) / math.log(max_distance / e) * (num_buckets - e)
+    return min(num_buckets - 1, e + int(grow))  # int() truncates toward zero, as T5 does
+
 
 # %%
 # Buckets of every offset
@@ -39,6 +64,7 @@ plt.show()
 back = np.array([0, 1, 15, 16, 20, 40, 80, 127, 128, 10_000])
 print("keys back:", back.tolist())
 print("buckets:  ", posenc.t5_buckets(-back, bidirectional=False).tolist())
+print("equation: ", [bucket(int(d)) for d in back])
 print("a future key (+5):", posenc.t5_buckets([5], bidirectional=False).tolist())
 
 # %%

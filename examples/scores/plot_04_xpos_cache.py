@@ -22,19 +22,25 @@ import posenc
 rng = np.random.default_rng(0)
 d, gamma = 32, 8.0  # a small scale base makes the effect visible on 64 positions
 q, keys = rng.standard_normal((1, d)), rng.standard_normal((64, d))
+zeta = (np.arange(0, d, 2) + 0.4 * d) / (1.4 * d)  # (d // 2,), every zeta_j < 1
 
 
 def xpos(x, positions, key, center):
-    """posenc.xpos with the powers centred: shifting the centre rescales by zeta^(-c)."""
-    out = posenc.xpos(x, positions, key=key, scale_base=gamma)
-    shift = posenc.xpos_decay(d, [center], scale_base=gamma, key=not key)  # (1, d // 2)
-    return out * np.tile(shift, 2)  # both members of every pair (half pairing)
+    """RoPE, then pair j scaled by zeta_j^(+-(p - center) / gamma): + for queries, - for keys."""
+    power = (np.asarray(positions, dtype=float)[:, None] - center) / gamma  # (seq, 1)
+    scale = zeta ** (-power if key else power)  # (seq, d // 2)
+    return posenc.rope(x, positions) * np.tile(scale, 2)  # half pairing: j and j + d/2
 
+
+# the centre cancels within one call: the same scores as posenc.xpos (centre 0)
+check = xpos(q, [63], False, 32) @ xpos(keys, np.arange(64), True, 32).T
+ref = posenc.xpos(q, [63], scale_base=gamma) @ posenc.xpos(keys, 64, key=True, scale_base=gamma).T
+print(f"one call, centre 32 vs centre 0: max |diff| = {np.abs(check - ref).max():.1e}")
 
 full = xpos(q, [63], False, 32) @ xpos(keys, np.arange(64), True, 32).T  # one call
 cached_keys = np.vstack(
     [
-        xpos(keys[:32], np.arange(32), True, 16),  # an earlier call
+        xpos(keys[:32], np.arange(32), True, 16),  # an earlier call, centred on its middle
         xpos(keys[32:], np.arange(32, 64), True, 32),
     ]
 )
