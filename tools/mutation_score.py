@@ -1,41 +1,89 @@
-"""Print the mutation score of the last ``mutmut run`` and list the survivors.
+"""Print the mutation score of the last ``mutmut run``, per module, and list the survivors.
 
 Reads mutmut's per-file ``.meta`` results under ``mutants/``. Score = killed / (killed +
-survived), with timeouts counted as killed and mutants no test covers as survivors.
+survived + not covered - equivalent), with timeouts counted as killed. Survivors judged
+equivalent (they cannot change any result) are listed with their reason in
+``tools/mutation_equivalent.json`` (``{"mutant name": "reason"}``) and left out of the score.
+
+``--json PATH`` also writes the per-module counts, the equivalent survivors used and the
+git commit to ``PATH`` (the committed record is ``benchmarks/results/mutation.json``);
+modules already in that file and not in this run are kept, so a run module by module
+accumulates one record.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections import Counter
+import subprocess
+from collections import Counter, defaultdict
 from pathlib import Path
 
 # mutmut 3 exit codes per mutant
-KILLED = {1, 3, -24, 152, 255}  # test failure, or a timeout/kill
+TIMEOUT = {-24, 152}  # killed for running too long: counted as killed
+KILLED = {1, 3, 255} | TIMEOUT  # a test failed
 SURVIVED = {0}
 NO_TESTS = {33}
+EQUIVALENT = Path(__file__).with_name("mutation_equivalent.json")
 
 
-def main():
-    counts, survivors = Counter(), []
-    for meta in sorted(Path("mutants").rglob("*.meta")):
+def module_of(name: str) -> str:
+    """``posenc.torch.cache.x_KVCache__begin__mutmut_3`` -> ``posenc.torch.cache``."""
+    return name.split(".x_")[0] if ".x_" in name else name.rsplit(".", 1)[0]
+
+
+def collect(root=Path("mutants")):
+    """Per-module Counter of outcomes and the list of (name, outcome) survivors."""
+    counts, survivors = defaultdict(Counter), []
+    for meta in sorted(root.rglob("*.meta")):
         data = json.loads(meta.read_text())
         for name, code in data.get("exit_code_by_key", {}).items():
+            c = counts[module_of(name)]
             if code is None:
-                counts["not run"] += 1
+                c["not run"] += 1
             elif code in SURVIVED:
-                counts["survived"] += 1
-                survivors.append(name)
+                c["survived"] += 1
+                survivors.append((name, "survived"))
             elif code in NO_TESTS:
-                counts["no tests"] += 1
-                survivors.append(name + "  (no test covers it)")
+                c["not covered"] += 1
+                survivors.append((name, "not covered"))
             else:
-                counts["killed"] += 1
-    total = counts["killed"] + counts["survived"] + counts["no tests"]
-    score = counts["killed"] / total if total else float("nan")
-    print(f"mutants: {dict(counts)}; score {score:.1%} ({counts['killed']}/{total})")
-    for name in survivors:
-        print("  survived:", name)
+                c["killed"] += 1
+                c["timeouts"] += code in TIMEOUT
+    return counts, survivors
+
+
+def score(c: Counter, equivalent: int) -> float:
+    total = c["killed"] + c["survived"] + c["not covered"] - equivalent
+    return c["killed"] / total if total > 0 else float("nan")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="write per-module results here")
+    args = parser.parse_args(argv)
+    equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+    counts, survivors = collect()
+    record = {}
+    for module, c in sorted(counts.items()):
+        eq = {n: r for n, r in equivalent.items() if module_of(n) == module}
+        eq = {n: r for n, r in eq.items() if (n, "survived") in survivors
+              or (n, "not covered") in survivors}  # fmt: skip
+        s = score(c, len(eq))
+        print(f"{module:<40} {dict(c)}; equivalent {len(eq)}; score {s:.1%}")
+        record[module] = {**{k: c[k] for k in ("killed", "survived", "not covered", "timeouts",
+                                               "not run")},
+                          "equivalent": eq, "score": round(s, 4)}  # fmt: skip
+    for name, outcome in survivors:
+        if name not in equivalent:
+            print(f"  {outcome}: {name}")
+    if args.json:
+        old = json.loads(args.json.read_text()) if args.json.exists() else {}
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        modules = old.get("modules", {}) | record
+        args.json.write_text(json.dumps({"commit": commit.stdout.strip() or None,
+                                         "modules": modules}, indent=1) + "\n")  # fmt: skip
+        print(f"{len(record)} modules -> {args.json}")
 
 
 if __name__ == "__main__":
