@@ -132,11 +132,13 @@ def mutation(session: nox.Session) -> None:
     ones. Arguments go to ``mutmut run``: ``-- --max-children 2``, and mutant-name patterns
     to mutate some modules only (``-- --max-children 2 "posenc.torch.cache.*"``); the
     score and the surviving mutants are printed at the end. ``mutmut show <name>`` shows one.
+    Per-module scores accumulate in ``benchmarks/results/mutation.json`` (run module by
+    module; survivors judged equivalent go in ``tools/mutation_equivalent.json``).
     """
     _install(session, "test")
     session.install("mutmut==3.8.1", *CONSTRAINTS)
     session.run("mutmut", "run", *session.posargs)
-    session.run("python", "tools/mutation_score.py")
+    session.run("python", "tools/mutation_score.py", "--json", "benchmarks/results/mutation.json")
 
 
 @nox.session(python=PYTHON)
