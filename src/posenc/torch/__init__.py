@@ -17,21 +17,25 @@ from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.pope import PoPE
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
+from posenc.torch.rotary_nd import AxialRotaryEmbedding, MRoPE, SinusoidalEncoding2D
 from posenc.torch.xpos import XPos
 
 __all__ = [
     "ALiBi",
+    "AxialRotaryEmbedding",
     "FIRE",
     "KERPLE",
     "T5RelativeBias",
     "KVCache",
     "LearnedEncoding",
+    "MRoPE",
     "MultiHeadAttention",
     "NoPE",
     "PoPE",
     "PositionalEncoding",
     "RotaryEmbedding",
     "SinusoidalEncoding",
+    "SinusoidalEncoding2D",
     "TransformerLM",
     "XPos",
     "apply_rope",

@@ -55,6 +55,12 @@ class PositionalEncoding(nn.Module):
     #: RoPE scalings): the cache then keeps raw keys and the hook sees all of them each step.
     caches_encoded_keys: bool = True
 
+    #: Coordinates per token the encoding reads: 1 for positions on a line; 2 or 3 for the
+    #: grid encodings of :mod:`posenc.torch.rotary_nd`, whose hooks may receive int64
+    #: ``(batch|1, seq, position_axes)`` coordinates. The attention core rejects grid
+    #: coordinates for an encoding that reads a line.
+    position_axes: int = 1
+
     #: Whether the encoding is defined for causal attention only (bidirectional attention
     #: with it raises ``ValueError``), such as ALiBi's ``-m (i - j)`` without ``symmetric``.
     requires_causal: bool = False

@@ -1,0 +1,358 @@
+"""RoPE over grids in torch: axial RoPE and M-RoPE (queries/keys), and the 2-D sin-cos input.
+
+Positions reach the hooks as ``(batch|1, seq, n_axes)`` integer coordinates -- ``(row,
+column)`` for an image, ``(time, height, width)`` for M-RoPE -- or, for text, as the 1-D
+positions of every other encoding, read as the point ``(p, ..., p)``. The attention core
+and :class:`~posenc.torch.KVCache` pass them on unchanged; the cache's default positions
+continue after each row's largest coordinate (Qwen2-VL's rule for text after an image).
+
+The rotation is RoPE's kernel (:func:`rotate`, the eager/compiled/GPU paths of
+:class:`~posenc.torch.RotaryEmbedding`) fed with a gathered ``[cos, sin]`` table: pair
+``j`` reads the row of its own axis' coordinate. Tables are derived state, as for RoPE.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import posenc
+from posenc._checks import check_dim, check_int, check_positive
+from posenc.torch._rope_kernels import cos_sin, rotate
+from posenc.torch.base import PositionalEncoding
+from posenc.torch.positions import max_position, position_arg
+from posenc.torch.rotary import _check_pairing
+
+__all__ = ["AxialRotaryEmbedding", "MRoPE", "SinusoidalEncoding2D"]
+
+
+def _check_axes(positions, n_axes):
+    if not isinstance(positions, range) and positions.dim() == 3 and positions.shape[2] != n_axes:
+        raise ValueError(
+            f"positions must have n_axes={n_axes} coordinates, got shape {tuple(positions.shape)}"
+        )
+
+
+def _check_max(positions, max_len):
+    if isinstance(positions, range) or not torch.compiler.is_compiling():
+        last = max_position(positions)
+        if last >= max_len:
+            raise ValueError(f"positions must be < max_len={max_len}, got {last}")
+
+
+class _GridRotary(PositionalEncoding):
+    """RoPE whose pair ``j`` turns with coordinate ``axis[j]`` at rate ``inv_freq[j]``."""
+
+    _DERIVED = ("cos_sin", "axis")
+
+    def _setup(self, head_dim, inv, axis, n_axes, pairing, max_len):
+        self.head_dim = check_dim("head_dim", head_dim)
+        self.pairing = _check_pairing(pairing)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self.n_axes = self.position_axes = n_axes
+        self._inv, self._axis = inv, axis  # NumPy: float64 rates, int64 axes, (head_dim // 2,)
+        self._register_derived()
+
+    def _derived_tensors(self):
+        return {
+            "cos_sin": self._cos_sin_now("cpu", torch.float32),  # (max_len, r // 2, 2)
+            "axis": torch.from_numpy(self._axis),  # (r // 2,)
+        }
+
+    def _cos_sin_now(self, device, dtype):
+        pos = torch.arange(self.max_len, device=device)
+        return cos_sin(pos, torch.from_numpy(self._inv).to(device), 1.0, dtype)
+
+    def table(self, positions, dtype=torch.float32):
+        """``[cos, sin]`` of every pair at ``positions``: ``(b|1, seq, head_dim // 2, 2)``.
+
+        Parameters
+        ----------
+        positions : torch.Tensor or range
+            Int64 ``(b|1, seq, n_axes)`` coordinates, or 1-D positions (``(b|1, seq)`` or a
+            ``range``) meaning ``(p, ..., p)``.
+        dtype : torch.dtype
+            Dtype of the tensors to rotate; the table is float64 for float64, else float32.
+
+        Returns
+        -------
+        torch.Tensor
+            ``cs[..., j, :] = [cos, sin](p[axis[j]] * inv_freq[j])``.
+        """
+        _check_axes(positions, self.n_axes)
+        _check_max(positions, self.max_len)
+        table = self.cos_sin  # (max_len, r // 2, 2)
+        if dtype == torch.float64:  # float64 angles, kept float64
+            table = self._cos_sin_now(table.device, torch.float64)
+        if isinstance(positions, range):  # text, contiguous: a slice
+            return table[positions.start : positions.stop][None]  # (1, seq, r // 2, 2)
+        positions = positions.to(table.device)
+        if positions.dim() == 2:  # text: every axis at p
+            return table[positions]  # (b|1, seq, r // 2, 2)
+        pair = torch.arange(table.shape[1], device=table.device)  # (r // 2,)
+        return table[positions[..., self.axis], pair]  # (b|1, seq, r // 2, 2)
+
+    def _check(self, q, k):
+        for name, t in (("q", q), ("k", k)):
+            if t.dim() != 4 or t.shape[-1] != self.head_dim:
+                raise ValueError(
+                    f"{name} must have shape (batch, heads, seq, head_dim="
+                    f"{self.head_dim}), got {tuple(t.shape)}"
+                )
+        if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
+            raise ValueError(
+                "q and k must share batch and k's heads must divide q's, got "
+                f"{tuple(q.shape)} and {tuple(k.shape)}"
+            )
+
+    def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
+        """Rotate ``q`` and ``k`` by their coordinates (``k`` may have fewer heads).
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries, ``(batch, heads, seq_q, head_dim)``.
+        k : torch.Tensor
+            Keys, ``(batch, kv_heads, seq_k, head_dim)``.
+        q_positions : torch.Tensor or range
+            ``(batch|1, seq_q, n_axes)`` coordinates, or 1-D positions.
+        k_positions : torch.Tensor or range
+            ``(batch|1, seq_k, n_axes)`` coordinates, or 1-D positions.
+        inplace : bool
+            Write the rotation into ``q`` and ``k`` (plain eager inference only).
+
+        Returns
+        -------
+        q : torch.Tensor
+            Rotated queries.
+        k : torch.Tensor
+            Rotated keys.
+        """
+        self._check(q, k)
+        cs = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
+        q = rotate(q, cs[:, None], self.pairing, inplace=inplace)  # cs broadcast over heads
+        if q_positions is not k_positions:
+            cs = self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)
+        return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
+
+    def forward(self, q, k, positions=None):
+        """Rotate ``q`` and ``k`` that share positions; returns the rotated pair.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries, ``(batch, heads, seq, head_dim)``.
+        k : torch.Tensor
+            Keys, ``(batch, kv_heads, seq, head_dim)``.
+        positions : torch.Tensor or range, optional
+            ``(batch|1, seq, n_axes)`` coordinates, or 1-D positions ``(seq,)`` /
+            ``(batch, seq)``; default ``0 .. seq - 1`` on every axis.
+
+        Returns
+        -------
+        q : torch.Tensor
+            Rotated queries, new tensor.
+        k : torch.Tensor
+            Rotated keys, new tensor.
+        """
+        if q.dim() != 4 or k.dim() != 4 or q.shape[2] != k.shape[2]:
+            raise ValueError(
+                f"q and k must be 4-D with the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        pos = position_arg(positions, q.shape[0], q.shape[2], axes=self.position_axes)
+        return self.encode_qk(q, k, pos, pos)
+
+
+class AxialRotaryEmbedding(_GridRotary):
+    """Axial RoPE: ``n_axes`` blocks of rotary pairs, each a full RoPE of one coordinate.
+
+    The torch twin of :func:`posenc.rope_nd` with :func:`posenc.axial_frequencies`
+    (``freqs_for="lang"``: integer coordinates). With ``pairing="interleaved"`` the layout
+    is rotary-embedding-torch's ``get_axial_freqs`` (EVA-02): dims ``0 .. head_dim / n_axes``
+    turn with the first coordinate, the next block with the second, and so on.
+
+    Parameters
+    ----------
+    head_dim : int
+        Width of one head; a multiple of ``2 * n_axes``.
+    n_axes : int
+        Coordinates per token (2: ``(row, column)``).
+    base : float
+        The RoPE base of every axis.
+    pairing : {"half", "interleaved"}
+        Which dims form a pair.
+    max_len : int
+        Table size: every coordinate must be ``< max_len``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> from posenc.torch import AxialRotaryEmbedding
+    >>> rope2d = AxialRotaryEmbedding(8, max_len=16)
+    >>> pos = torch.from_numpy(posenc.grid_positions(3, 4))[None]  # (1, 12, 2): (row, column)
+    >>> q, k = torch.ones(1, 4, 12, 8), torch.ones(1, 2, 12, 8)
+    >>> [t.shape for t in rope2d(q, k, pos)]
+    [torch.Size([1, 4, 12, 8]), torch.Size([1, 2, 12, 8])]
+    """
+
+    def __init__(self, head_dim, *, n_axes=2, base=10_000.0, pairing="half", max_len=1024):
+        super().__init__()
+        inv, axis = posenc.axial_frequencies(head_dim, n_axes, base=base)  # validates
+        self.base = float(base)
+        self._setup(head_dim, inv, axis, int(n_axes), pairing, max_len)
+
+    def extra_repr(self):
+        return (
+            f"head_dim={self.head_dim}, n_axes={self.n_axes}, base={self.base}, "
+            f"pairing={self.pairing!r}, max_len={self.max_len}"
+        )
+
+
+class MRoPE(_GridRotary):
+    """Multimodal RoPE (Qwen2-VL): one RoPE spectrum, its pairs split by ``sections``.
+
+    The torch twin of :func:`posenc.rope_nd` with :func:`posenc.mrope_frequencies`.
+    Coordinates are ``(time, height, width)`` (:func:`posenc.mrope_positions` builds them
+    for a text + image + video sequence); text tokens may be given 1-D positions ``p``,
+    which mean ``(p, p, p)`` and give exactly :class:`~posenc.torch.RotaryEmbedding`.
+
+    Parameters
+    ----------
+    head_dim : int
+        Width of one head; ``2 * sum(sections)``.
+    sections : sequence of int
+        Pairs per axis (Qwen2-VL's ``mrope_section``, e.g. ``(16, 24, 24)``).
+    base : float
+        The RoPE base (Qwen2-VL: 1e6).
+    interleaved : bool
+        Qwen3-VL's interleaved sections instead of consecutive blocks.
+    pairing : {"half", "interleaved"}
+        Which dims form a pair (Qwen: ``"half"``).
+    max_len : int
+        Table size: every coordinate must be ``< max_len``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> from posenc.torch import MRoPE
+    >>> mrope = MRoPE(16, sections=(2, 3, 3), max_len=64)
+    >>> pos = torch.from_numpy(posenc.mrope_positions([2, (1, 2, 2), 1]))[None]  # (1, 7, 3)
+    >>> q = k = torch.ones(1, 1, 7, 16)
+    >>> mrope(q, k, pos)[0].shape
+    torch.Size([1, 1, 7, 16])
+    """
+
+    def __init__(
+        self, head_dim, *, sections, base=10_000.0, interleaved=False, pairing="half", max_len=4096
+    ):
+        super().__init__()
+        inv, axis = posenc.mrope_frequencies(
+            head_dim, sections, base=base, interleaved=interleaved
+        )  # validates head_dim, sections, base
+        self.sections, self.base = tuple(int(s) for s in sections), float(base)
+        self.interleaved = bool(interleaved)
+        self._setup(head_dim, inv, axis, len(self.sections), pairing, max_len)
+
+    def extra_repr(self):
+        return (
+            f"head_dim={self.head_dim}, sections={self.sections}, base={self.base}, "
+            f"interleaved={self.interleaved}, pairing={self.pairing!r}, max_len={self.max_len}"
+        )
+
+
+class SinusoidalEncoding2D(PositionalEncoding):
+    """Adds MAE's 2-D sin-cos table (:func:`posenc.sinusoidal_2d`) to patch embeddings.
+
+    Positions are ``(batch|1, seq, 2)`` ``(row, column)`` coordinates (1-D positions mean
+    ``(p, p)``); the first half of the channels encodes the column, the second the row.
+    The per-axis table (float64, from the NumPy reference) is derived state, rounded once
+    to the input's dtype when added.
+
+    Parameters
+    ----------
+    dim : int
+        Embedding width; a multiple of 4.
+    base : float
+        The constant that sets the slowest rate.
+    max_len : int
+        Table size: rows and columns must be ``< max_len``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> from posenc.torch import SinusoidalEncoding2D
+    >>> pe = SinusoidalEncoding2D(8, max_len=16)
+    >>> pos = torch.from_numpy(posenc.grid_positions(2, 3))[None]  # (1, 6, 2)
+    >>> x = pe(torch.zeros(1, 6, 8, dtype=torch.float64), pos)
+    >>> bool((x[0].numpy() == posenc.sinusoidal_2d(2, 3, 8)).all())
+    True
+    """
+
+    _DERIVED = ("table",)
+    position_axes = 2
+
+    def __init__(self, dim, *, base=10_000.0, max_len=1024):
+        super().__init__()
+        self.dim = check_int("dim", dim, minimum=4)
+        if self.dim % 4:
+            raise ValueError(f"dim must be a positive multiple of 4, got {dim}")
+        self.base = check_positive("base", base)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self._register_derived()
+
+    def _derived_tensors(self):
+        # the column half of a 1 x max_len grid: [sin p w, cos p w] for p < max_len
+        table = posenc.sinusoidal_2d(1, self.max_len, self.dim, base=self.base)
+        return {"table": torch.from_numpy(np.ascontiguousarray(table[:, : self.dim // 2]))}
+
+    def encode_input(self, x, positions):
+        """Add the 2-D table at ``positions`` to ``x`` ``(batch, seq, dim)``.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Embeddings ``(batch, seq, dim)``.
+        positions : torch.Tensor or range
+            ``(batch|1, seq, 2)`` ``(row, column)``, or 1-D positions.
+
+        Returns
+        -------
+        torch.Tensor
+            Same shape and dtype as ``x``.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(
+                f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
+            )
+        positions = position_arg(positions, x.shape[0], x.shape[1], axes=2)
+        _check_max(positions, self.max_len)
+        table = self.table  # (max_len, dim // 2)
+        if isinstance(positions, range):
+            half = table[positions.start : positions.stop][None]  # (1, seq, dim // 2)
+            pe = torch.cat([half, half], -1)  # (1, seq, dim)
+        else:
+            positions = positions.to(table.device)
+            if positions.dim() == 2:
+                positions = positions[..., None].expand(-1, -1, 2)  # (b|1, seq, 2)
+            pe = torch.cat([table[positions[..., 1]], table[positions[..., 0]]], -1)
+        return x + pe.to(x.dtype)  # (batch, seq, dim), rounded once
+
+    def forward(self, x, positions=None):
+        """Add the table to ``x`` ``(batch, seq, dim)`` (see :meth:`encode_input`).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Embeddings ``(batch, seq, dim)``.
+        positions : torch.Tensor or range, optional
+            ``(batch|1, seq, 2)`` coordinates or 1-D positions; default ``0 .. seq - 1``.
+
+        Returns
+        -------
+        torch.Tensor
+            Same shape and dtype as ``x``.
+        """
+        return self.encode_input(x, positions)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, base={self.base}, max_len={self.max_len}"
