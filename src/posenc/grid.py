@@ -101,8 +101,8 @@ def mrope_positions(segments, *, spatial_merge=1, start=0):
     position the next text token would have had. After it, positions continue at ``s +
     max(h, w) / m``: text after an image resumes just past the image's largest row or
     column, not at ``s`` plus its token count. This is HF transformers 5.x's
-    ``Qwen2VLModel.get_rope_index``; Qwen2-VL's original code resumes at the largest
-    position + 1, which differs only for a video with more frames than rows and columns.
+    ``Qwen2VLModel.get_rope_index``; its 4.x versions resumed at the largest coordinate
+    + 1, which differs only for a video with more frames than rows and columns.
 
     Parameters
     ----------

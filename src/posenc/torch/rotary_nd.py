@@ -1,4 +1,4 @@
-"""RoPE over grids in torch: axial RoPE and M-RoPE (queries/keys), and the 2-D sin-cos input.
+"""RoPE over grids in torch: axial RoPE and M-RoPE, acting on the queries and keys.
 
 Positions reach the hooks as ``(batch|1, seq, n_axes)`` integer coordinates -- ``(row,
 column)`` for an image, ``(time, height, width)`` for M-RoPE -- or, for text, as the 1-D
@@ -6,34 +6,35 @@ positions of every other encoding, read as the point ``(p, ..., p)``. The attent
 and :class:`~posenc.torch.KVCache` pass them on unchanged; the cache's default positions
 continue after each row's largest coordinate (Qwen2-VL's rule for text after an image).
 
-The rotation is RoPE's kernel (:func:`rotate`, the eager/compiled/GPU paths of
+The rotation is RoPE's kernel (``rotate``, the eager/compiled/GPU paths of
 :class:`~posenc.torch.RotaryEmbedding`) fed with a gathered ``[cos, sin]`` table: pair
 ``j`` reads the row of its own axis' coordinate. Tables are derived state, as for RoPE.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 import posenc
-from posenc._checks import check_dim, check_int, check_positive
+from posenc._checks import check_dim, check_int
 from posenc.torch._rope_kernels import cos_sin, rotate
 from posenc.torch.base import PositionalEncoding
 from posenc.torch.positions import max_position, position_arg
 from posenc.torch.rotary import _check_pairing
 
-__all__ = ["AxialRotaryEmbedding", "MRoPE", "SinusoidalEncoding2D"]
+__all__ = ["AxialRotaryEmbedding", "MRoPE"]
 
 
-def _check_axes(positions, n_axes):
+def check_axes(positions, n_axes):
+    """Raise ``ValueError`` unless grid coordinates have ``n_axes`` components."""
     if not isinstance(positions, range) and positions.dim() == 3 and positions.shape[2] != n_axes:
         raise ValueError(
             f"positions must have n_axes={n_axes} coordinates, got shape {tuple(positions.shape)}"
         )
 
 
-def _check_max(positions, max_len):
+def check_max(positions, max_len):
+    """Raise ``ValueError`` if a coordinate is past the table (eager, or a ``range``)."""
     if isinstance(positions, range) or not torch.compiler.is_compiling():
         last = max_position(positions)
         if last >= max_len:
@@ -79,8 +80,8 @@ class _GridRotary(PositionalEncoding):
         torch.Tensor
             ``cs[..., j, :] = [cos, sin](p[axis[j]] * inv_freq[j])``.
         """
-        _check_axes(positions, self.n_axes)
-        _check_max(positions, self.max_len)
+        check_axes(positions, self.n_axes)
+        check_max(positions, self.max_len)
         table = self.cos_sin  # (max_len, r // 2, 2)
         if dtype == torch.float64:  # float64 angles, kept float64
             table = self._cos_sin_now(table.device, torch.float64)
@@ -258,101 +259,3 @@ class MRoPE(_GridRotary):
             f"head_dim={self.head_dim}, sections={self.sections}, base={self.base}, "
             f"interleaved={self.interleaved}, pairing={self.pairing!r}, max_len={self.max_len}"
         )
-
-
-class SinusoidalEncoding2D(PositionalEncoding):
-    """Adds MAE's 2-D sin-cos table (:func:`posenc.sinusoidal_2d`) to patch embeddings.
-
-    Positions are ``(batch|1, seq, 2)`` ``(row, column)`` coordinates (1-D positions mean
-    ``(p, p)``); the first half of the channels encodes the column, the second the row.
-    The per-axis table (float64, from the NumPy reference) is derived state, rounded once
-    to the input's dtype when added.
-
-    Parameters
-    ----------
-    dim : int
-        Embedding width; a multiple of 4.
-    base : float
-        The constant that sets the slowest rate.
-    max_len : int
-        Table size: rows and columns must be ``< max_len``.
-
-    Examples
-    --------
-    >>> import torch, posenc
-    >>> from posenc.torch import SinusoidalEncoding2D
-    >>> pe = SinusoidalEncoding2D(8, max_len=16)
-    >>> pos = torch.from_numpy(posenc.grid_positions(2, 3))[None]  # (1, 6, 2)
-    >>> x = pe(torch.zeros(1, 6, 8, dtype=torch.float64), pos)
-    >>> bool((x[0].numpy() == posenc.sinusoidal_2d(2, 3, 8)).all())
-    True
-    """
-
-    _DERIVED = ("table",)
-    position_axes = 2
-
-    def __init__(self, dim, *, base=10_000.0, max_len=1024):
-        super().__init__()
-        self.dim = check_int("dim", dim, minimum=4)
-        if self.dim % 4:
-            raise ValueError(f"dim must be a positive multiple of 4, got {dim}")
-        self.base = check_positive("base", base)
-        self.max_len = check_int("max_len", max_len, minimum=1)
-        self._register_derived()
-
-    def _derived_tensors(self):
-        # the column half of a 1 x max_len grid: [sin p w, cos p w] for p < max_len
-        table = posenc.sinusoidal_2d(1, self.max_len, self.dim, base=self.base)
-        return {"table": torch.from_numpy(np.ascontiguousarray(table[:, : self.dim // 2]))}
-
-    def encode_input(self, x, positions):
-        """Add the 2-D table at ``positions`` to ``x`` ``(batch, seq, dim)``.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            Embeddings ``(batch, seq, dim)``.
-        positions : torch.Tensor or range
-            ``(batch|1, seq, 2)`` ``(row, column)``, or 1-D positions.
-
-        Returns
-        -------
-        torch.Tensor
-            Same shape and dtype as ``x``.
-        """
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(
-                f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
-            )
-        positions = position_arg(positions, x.shape[0], x.shape[1], axes=2)
-        _check_max(positions, self.max_len)
-        table = self.table  # (max_len, dim // 2)
-        if isinstance(positions, range):
-            half = table[positions.start : positions.stop][None]  # (1, seq, dim // 2)
-            pe = torch.cat([half, half], -1)  # (1, seq, dim)
-        else:
-            positions = positions.to(table.device)
-            if positions.dim() == 2:
-                positions = positions[..., None].expand(-1, -1, 2)  # (b|1, seq, 2)
-            pe = torch.cat([table[positions[..., 1]], table[positions[..., 0]]], -1)
-        return x + pe.to(x.dtype)  # (batch, seq, dim), rounded once
-
-    def forward(self, x, positions=None):
-        """Add the table to ``x`` ``(batch, seq, dim)`` (see :meth:`encode_input`).
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            Embeddings ``(batch, seq, dim)``.
-        positions : torch.Tensor or range, optional
-            ``(batch|1, seq, 2)`` coordinates or 1-D positions; default ``0 .. seq - 1``.
-
-        Returns
-        -------
-        torch.Tensor
-            Same shape and dtype as ``x``.
-        """
-        return self.encode_input(x, positions)
-
-    def extra_repr(self):
-        return f"dim={self.dim}, base={self.base}, max_len={self.max_len}"
