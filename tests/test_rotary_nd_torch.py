@@ -244,3 +244,28 @@ def test_attend_with_fewer_queries_than_keys(name):
     full = attend(q, k, v, enc, k_positions=pos)
     last = attend(q[:, :, -3:], k, v, enc, k_positions=pos)
     torch.testing.assert_close(last, full[:, :, -3:], rtol=1e-12, atol=1e-12)
+
+
+def test_mrope_from_hf_matches_qwen2vl_rotary_embedding():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+        Qwen2VLRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    text = dict(
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
+        max_position_embeddings=256,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]},
+    )  # fmt: skip
+    cfg = transformers.Qwen2VLConfig(text_config=text, bos_token_id=None, eos_token_id=None)
+    enc = MRoPE.from_hf(cfg)
+    assert (enc.head_dim, enc.sections, enc.base, enc.max_len) == (32, (4, 6, 6), 1e6, 256)
+    assert MRoPE.from_hf(cfg.to_dict()).extra_repr() == enc.extra_repr()
+    pos = _mrope_pos(1)  # (1, 13, 3)
+    q = torch.randn(1, 2, 13, 32, generator=_gen(13))
+    cos, sin = Qwen2VLRotaryEmbedding(cfg.text_config)(q, pos.permute(2, 0, 1))  # (3, b, seq)
+    want, _ = apply_rotary_pos_emb(q, q, cos, sin)
+    torch.testing.assert_close(enc(q, q, pos)[0], want, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="mrope_section"):
+        MRoPE.from_hf({"hidden_size": 64, "num_attention_heads": 2})

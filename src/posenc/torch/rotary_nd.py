@@ -25,6 +25,15 @@ from posenc.torch.rotary import _check_pairing
 __all__ = ["AxialRotaryEmbedding", "MRoPE"]
 
 
+def _as_dict(config):
+    if isinstance(config, dict):
+        return config
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):  # a transformers PretrainedConfig
+        return dict(to_dict())
+    raise ValueError(f"config must be a dict or a transformers config, got {config!r}")
+
+
 def check_axes(positions, n_axes):
     """Raise ``ValueError`` unless grid coordinates have ``n_axes`` components."""
     if not isinstance(positions, range) and positions.dim() == 3 and positions.shape[2] != n_axes:
@@ -253,6 +262,50 @@ class MRoPE(_GridRotary):
         self.sections, self.base = tuple(int(s) for s in sections), float(base)
         self.interleaved = bool(interleaved)
         self._setup(head_dim, inv, axis, len(self.sections), pairing, max_len)
+
+    @classmethod
+    def from_hf(cls, config, **overrides):
+        """Build M-RoPE from a Qwen2-VL / Qwen2.5-VL / Qwen3-VL ``config.json`` or config object.
+
+        Reads the text model's head width, ``rope_theta``, ``mrope_section``,
+        ``mrope_interleaved`` and ``max_position_embeddings``, from ``rope_scaling`` (v4
+        files) or ``rope_parameters`` (transformers 5).
+
+        Parameters
+        ----------
+        config : dict or object
+            A parsed ``config.json`` (its ``text_config`` if it has one) or a
+            ``transformers`` config object.
+        **overrides
+            Keyword arguments replacing what the config gives.
+
+        Returns
+        -------
+        MRoPE
+            ``pairing="half"`` (HF's ``rotate_half``) unless overridden.
+
+        Examples
+        --------
+        >>> from posenc.torch import MRoPE
+        >>> cfg = {"hidden_size": 1536, "num_attention_heads": 12, "rope_theta": 1e6,
+        ...        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+        >>> MRoPE.from_hf(cfg)
+        MRoPE(head_dim=128, sections=(16, 24, 24), base=1000000.0, interleaved=False, pairing='half', max_len=4096)
+        """  # noqa: E501
+        cfg = _as_dict(config)
+        cfg = _as_dict(cfg["text_config"]) if cfg.get("text_config") else cfg
+        params = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind not in ("default", "mrope") or "mrope_section" not in params:
+            raise ValueError(f"config must give an unscaled rope with mrope_section, got {params}")
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        kwargs = {
+            "sections": tuple(params["mrope_section"]),
+            "base": params.get("rope_theta", cfg.get("rope_theta", 10_000.0)),
+            "interleaved": bool(params.get("mrope_interleaved", False)),
+            "max_len": cfg.get("max_position_embeddings", 4096),
+        }
+        return cls(head_dim, **(kwargs | overrides))
 
     def extra_repr(self):
         return (
