@@ -34,9 +34,10 @@ print("second half varies on column 3:", np.ptp(table[same_col, dim // 2 :], axi
 # %%
 # Which patches look alike
 # ------------------------
-# The dot product of patch (7, 7)'s vector with every patch's, as an image. Each half
-# is a sum of cosines of the column (or row) offset, so the pattern is a product of two
-# 1-D bumps: largest at the patch itself and falling off along both axes.
+# The dot product of patch (7, 7)'s vector with every patch's, as an image. The column
+# half contributes a sum of cosines of the column offset, the row half the same of the
+# row offset, so the picture is the *sum* of a column profile and a row profile: a
+# cross through the patch, largest at the patch itself.
 sim = (table @ table[7 * w + 7]).reshape(h, w)  # (h, w)
 fig, ax = plt.subplots(figsize=(4.2, 3.6), layout="constrained")
 im = ax.imshow(sim, cmap="viridis")
