@@ -269,3 +269,22 @@ def test_mrope_from_hf_matches_qwen2vl_rotary_embedding():
     torch.testing.assert_close(enc(q, q, pos)[0], want, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="mrope_section"):
         MRoPE.from_hf({"hidden_size": 64, "num_attention_heads": 2})
+
+
+@pytest.mark.compile
+def test_flex_backend_cached_decode_with_grid_positions():
+    # FlexAttention attends over the whole cache buffer (static shapes): the grid
+    # coordinates of the cache pass through it like 1-D positions do
+    torch.manual_seed(0)
+    enc = MRoPE(HD, sections=SECTIONS, max_len=32)
+    flex = MultiHeadAttention(DIM, HEADS, kv_heads=KV, encoding=enc, backend="flex")
+    sdpa = MultiHeadAttention(DIM, HEADS, kv_heads=KV, encoding=enc)
+    sdpa.load_state_dict(flex.state_dict())
+    pos = _mrope_pos()
+    x = torch.randn(2, 13, DIM, generator=_gen(14))
+    with torch.no_grad():
+        full = sdpa(x, pos)
+        cache = flex.new_cache(2, 16)
+        outs = [flex(x[:, :10], pos[:, :10], cache=cache)]
+        outs += [flex(x[:, i : i + 1], cache=cache) for i in range(10, 13)]
+    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-4, atol=1e-4)
