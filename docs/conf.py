@@ -127,6 +127,7 @@ sphinx_gallery_conf = {
         "../examples/rope",
         "../examples/scores",
         "../examples/pope",
+        "../examples/grids",
     ],
     "within_subsection_order": "FileNameSortKey",
     "image_srcset": ["2x"],

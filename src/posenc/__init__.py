@@ -9,7 +9,9 @@ The reference is grouped by *where* an encoding acts in attention:
 * the queries and keys -- :mod:`posenc.rotary` (:func:`rope`, :func:`xpos`), with the
   context extension scalings of :mod:`posenc.scaling`, and :mod:`posenc.pope` (PoPE);
 * the scores -- :mod:`posenc.bias` (ALiBi, T5 buckets, KERPLE, FIRE), additive biases
-  passed to :func:`attention` as ``bias``.
+  passed to :func:`attention` as ``bias``;
+* grids of positions (images, video) -- :mod:`posenc.grid` (:func:`sinusoidal_2d`, the
+  M-RoPE position ids) and :mod:`posenc.rotary_nd` (axial RoPE, M-RoPE).
 """
 
 from posenc import scaling
@@ -22,25 +24,33 @@ from posenc.absolute import (
 )
 from posenc.attention import attention, causal_mask, permutation_matrix
 from posenc.bias import alibi_bias, alibi_slopes, fire_bias, kerple_bias, t5_buckets
+from posenc.grid import grid_positions, mrope_positions, sinusoidal_2d
 from posenc.pope import pope_frequencies, pope_scores
 from posenc.rotary import rope, rope_frequencies, xpos, xpos_decay
+from posenc.rotary_nd import axial_frequencies, mrope_frequencies, rope_nd
 
 __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "attention",
+    "axial_frequencies",
     "causal_mask",
     "fire_bias",
     "frequencies",
+    "grid_positions",
     "kerple_bias",
+    "mrope_frequencies",
+    "mrope_positions",
     "permutation_matrix",
     "pope_frequencies",
     "pope_scores",
     "rope",
     "rope_frequencies",
+    "rope_nd",
     "scaling",
     "shift_operator",
     "sinusoidal",
+    "sinusoidal_2d",
     "sinusoidal_dot",
     "t5_buckets",
     "wavelengths",

@@ -6,6 +6,7 @@ architecture page.
 """
 
 from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
+from posenc.torch.absolute_2d import SinusoidalEncoding2D
 from posenc.torch.attention import attend, attention_mask
 from posenc.torch.base import NoPE, PositionalEncoding
 from posenc.torch.bias import ALiBi, T5RelativeBias
@@ -17,21 +18,25 @@ from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.pope import PoPE
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
+from posenc.torch.rotary_nd import AxialRotaryEmbedding, MRoPE
 from posenc.torch.xpos import XPos
 
 __all__ = [
     "ALiBi",
+    "AxialRotaryEmbedding",
     "FIRE",
     "KERPLE",
     "T5RelativeBias",
     "KVCache",
     "LearnedEncoding",
+    "MRoPE",
     "MultiHeadAttention",
     "NoPE",
     "PoPE",
     "PositionalEncoding",
     "RotaryEmbedding",
     "SinusoidalEncoding",
+    "SinusoidalEncoding2D",
     "TransformerLM",
     "XPos",
     "apply_rope",

@@ -221,10 +221,13 @@ def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
     if padding_mask is not None:
         check_padding_mask(padding_mask, batch, n)
     full_kv = False
+    axes = encoding.position_axes
     if cache is None:
-        q_pos = k_pos = position_arg(positions, batch, n)
+        q_pos = k_pos = position_arg(positions, batch, n, axes=axes)
         start, key_valid = 0, padding_mask
     else:
+        if positions is not None:
+            positions = position_arg(positions, batch, n, axes=axes)
         start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
         if kw["backend"] == "flex":  # static shapes: every slot, unfilled ones hidden
             full_kv, k_pos, key_valid = True, cache.positions, cache.valid
@@ -299,7 +302,7 @@ def attend(
         )
     if causal and sq > sk:
         raise ValueError(f"causal attention needs seq_q <= seq_k, got {sq} and {sk}")
-    k_pos = position_arg(k_positions, b, sk)
+    k_pos = position_arg(k_positions, b, sk, axes=enc.position_axes)
     if q_positions is None and sq > sk:
         raise ValueError(
             f"q_positions must be given when there are more queries ({sq}) than keys ({sk})"
@@ -307,7 +310,7 @@ def attend(
     if q_positions is None:
         q_pos = range(sk - sq, sk) if isinstance(k_pos, range) else k_pos[:, sk - sq :]
     else:
-        q_pos = position_arg(q_positions, b, sq)
+        q_pos = position_arg(q_positions, b, sq, axes=enc.position_axes)
     valid = None if padding_mask is None else check_padding_mask(padding_mask, b, sk)
     q, k = enc.encode_qk(q, k, q_pos, k_pos)
     step = plan(

@@ -55,6 +55,13 @@ class PositionalEncoding(nn.Module):
     #: RoPE scalings): the cache then keeps raw keys and the hook sees all of them each step.
     caches_encoded_keys: bool = True
 
+    #: Coordinates per token the encoding reads: 1 for positions on a line; 2 or 3 for the
+    #: grid encodings (:class:`~posenc.torch.AxialRotaryEmbedding`,
+    #: :class:`~posenc.torch.MRoPE`, :class:`~posenc.torch.SinusoidalEncoding2D`), whose
+    #: hooks may receive int64 ``(batch|1, seq, position_axes)`` coordinates. The attention
+    #: core rejects grid coordinates for an encoding that reads a line.
+    position_axes: int = 1
+
     #: Whether the encoding is defined for causal attention only (bidirectional attention
     #: with it raises ``ValueError``), such as ALiBi's ``-m (i - j)`` without ``symmetric``.
     requires_causal: bool = False

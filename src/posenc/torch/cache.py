@@ -49,7 +49,9 @@ class KVCache:
     keys, values : list of torch.Tensor
         One buffer per layer; the first ``length`` slots along dim 2 are filled.
     positions : torch.Tensor
-        Int64 ``(batch, max_len)``: the position each cached token was encoded at.
+        Int64 ``(batch, max_len)``: the position each cached token was encoded at;
+        ``(batch, max_len, n_axes)`` once a step gave grid coordinates. Default positions
+        of a new step continue after each row's largest cached coordinate.
     valid : torch.Tensor
         Bool ``(batch, max_len)``: ``True`` where a real token is cached (``False`` for
         padding and for unfilled slots).
@@ -113,13 +115,14 @@ class KVCache:
         saved = (self.length, self.padded, self.contiguous)
         if positions is None and self.contiguous:
             q_pos = range(start, stop)
-        elif positions is None:  # continue every row after its own last position
-            last = self.positions[:, :start].max(dim=1, keepdim=True).values  # (batch, 1)
+        elif positions is None:  # continue every row after its own largest position
+            last = self.positions[:, :start].reshape(batch, -1).max(1, keepdim=True).values
             q_pos = last + 1 + torch.arange(n, device=last.device)  # (batch, n)
         else:
-            q_pos = position_arg(positions, batch, n)
+            q_pos = position_arg(positions, batch, n, axes=None)
         if not (isinstance(q_pos, range) and q_pos.start == start):
             self.contiguous = False
+        q_pos = self._grid_positions(q_pos)
         if isinstance(q_pos, range):  # its own values (a range need not start at the slot)
             self.positions[:, start:stop] = torch.arange(
                 q_pos.start, q_pos.stop, device=self.positions.device
@@ -136,6 +139,28 @@ class KVCache:
         k_pos = range(stop) if self.contiguous else self.positions[:, :stop]
         key_valid = self.valid[:, :stop] if self.padded else None
         return start, q_pos, k_pos, key_valid
+
+    def _grid_positions(self, q_pos):
+        """Coordinates on a grid ``(batch|1, n, n_axes)``: the cache keeps every axis.
+
+        A 1-D position ``p`` is the point ``(p, ..., p)`` (a text token in M-RoPE), so the
+        first grid step widens the stored positions that way, and later 1-D steps into an
+        n-D cache are widened alike. Returns ``q_pos`` (a tensor, widened, when the cache
+        is n-D).
+        """
+        grid = not isinstance(q_pos, range) and q_pos.dim() == 3
+        if grid and self.positions.dim() == 2:
+            self.positions = self.positions[..., None].repeat(1, 1, q_pos.shape[2])
+        if self.positions.dim() == 2:
+            return q_pos
+        axes = self.positions.shape[2]
+        if isinstance(q_pos, range):
+            q_pos = torch.arange(q_pos.start, q_pos.stop, device=self.positions.device)[None]
+        if q_pos.dim() == 2:
+            q_pos = q_pos[..., None].expand(-1, -1, axes)  # (b|1, n, n_axes)
+        if q_pos.shape[2] != axes:
+            raise ValueError(f"positions must have n_axes={axes} (the cache's), got {q_pos.shape}")
+        return q_pos
 
     def _commit(self):
         """The step that called ``_begin`` finished: keep what it wrote."""

@@ -55,12 +55,17 @@ def as_positions(positions, batch: int, seq: int, *, device=None) -> torch.Tenso
     return position_tensor(position_arg(positions, batch, seq), device)
 
 
-def position_arg(positions, batch: int, seq: int):
+def position_arg(positions, batch: int, seq: int, *, axes: int | None = 1):
     """Normalise user positions for the hooks: ``None`` -> ``range(seq)``, tensors validated.
 
     Returns a ``range`` (contiguous, shared by the batch) or an int64 ``(batch|1, seq)``
-    tensor. The non-negativity check reads the values, so it runs in eager mode only
+    tensor, or ``(batch|1, seq, n_axes)`` for coordinates on a grid (images, video: the
+    encodings of ``posenc.torch.rotary_nd`` read them; the attention core passes them
+    on). The non-negativity check reads the values, so it runs in eager mode only
     (compiled code relies on the indexing bounds checks of the encodings instead).
+    ``axes``: the coordinates per token the reader expects (an encoding's
+    :attr:`~posenc.torch.PositionalEncoding.position_axes`); 1 rejects grid coordinates,
+    ``None`` accepts any number.
     """
     if positions is None:
         return range(seq)
@@ -80,9 +85,16 @@ def position_arg(positions, batch: int, seq: int):
         raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
     if positions.dim() == 1:
         positions = positions.unsqueeze(0)  # (1, seq)
-    if positions.dim() != 2 or positions.shape[1] != seq or positions.shape[0] not in (1, batch):
+    grid = positions.dim() == 3 and (axes is None or axes > 1)
+    if (
+        not (positions.dim() == 2 or grid)
+        or positions.shape[1] != seq
+        or positions.shape[0] not in (1, batch)
+        or (grid and positions.shape[2] != (axes or positions.shape[2]))
+    ):
+        also = "" if axes == 1 else f", or (batch, seq, n_axes={axes or 'n'}) coordinates"
         raise ValueError(
-            f"positions must have shape (seq,) or (batch, seq) = ({batch}, {seq}), "
+            f"positions must have shape (seq,) or (batch, seq) = ({batch}, {seq}){also}, "
             f"got {tuple(positions.shape)}"
         )
     if not torch.compiler.is_compiling() and positions.numel() and int(positions.min()) < 0:
@@ -164,8 +176,8 @@ def relative_positions(q_positions, k_positions, device=None) -> torch.Tensor:
 
 
 def len_of(positions) -> int:
-    """Number of positions in a ``range`` or a ``(b|1, seq)`` tensor."""
-    return len(positions) if isinstance(positions, range) else positions.shape[-1]
+    """Number of positions in a ``range`` or a ``(b|1, seq)`` / ``(b|1, seq, n_axes)`` tensor."""
+    return len(positions) if isinstance(positions, range) else positions.shape[1]
 
 
 def max_position(positions) -> int:

@@ -1,0 +1,314 @@
+"""RoPE over grids in torch: axial RoPE and M-RoPE, acting on the queries and keys.
+
+Positions reach the hooks as ``(batch|1, seq, n_axes)`` integer coordinates -- ``(row,
+column)`` for an image, ``(time, height, width)`` for M-RoPE -- or, for text, as the 1-D
+positions of every other encoding, read as the point ``(p, ..., p)``. The attention core
+and :class:`~posenc.torch.KVCache` pass them on unchanged; the cache's default positions
+continue after each row's largest coordinate (Qwen2-VL's rule for text after an image).
+
+The rotation is RoPE's kernel (``rotate``, the eager/compiled/GPU paths of
+:class:`~posenc.torch.RotaryEmbedding`) fed with a gathered ``[cos, sin]`` table: pair
+``j`` reads the row of its own axis' coordinate. Tables are derived state, as for RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import posenc
+from posenc._checks import check_dim, check_int
+from posenc.torch._rope_kernels import cos_sin, rotate
+from posenc.torch.base import PositionalEncoding
+from posenc.torch.positions import max_position, position_arg
+from posenc.torch.rotary import _check_pairing
+
+__all__ = ["AxialRotaryEmbedding", "MRoPE"]
+
+
+def _as_dict(config):
+    if isinstance(config, dict):
+        return config
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):  # a transformers PretrainedConfig
+        return dict(to_dict())
+    raise ValueError(f"config must be a dict or a transformers config, got {config!r}")
+
+
+def check_axes(positions, n_axes):
+    """Raise ``ValueError`` unless grid coordinates have ``n_axes`` components."""
+    if not isinstance(positions, range) and positions.dim() == 3 and positions.shape[2] != n_axes:
+        raise ValueError(
+            f"positions must have n_axes={n_axes} coordinates, got shape {tuple(positions.shape)}"
+        )
+
+
+def check_max(positions, max_len):
+    """Raise ``ValueError`` if a coordinate is past the table (eager, or a ``range``)."""
+    if isinstance(positions, range) or not torch.compiler.is_compiling():
+        last = max_position(positions)
+        if last >= max_len:
+            raise ValueError(f"positions must be < max_len={max_len}, got {last}")
+
+
+class _GridRotary(PositionalEncoding):
+    """RoPE whose pair ``j`` turns with coordinate ``axis[j]`` at rate ``inv_freq[j]``."""
+
+    _DERIVED = ("cos_sin", "axis")
+
+    def _setup(self, head_dim, inv, axis, n_axes, pairing, max_len):
+        self.head_dim = check_dim("head_dim", head_dim)
+        self.pairing = _check_pairing(pairing)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self.n_axes = self.position_axes = n_axes
+        self._inv, self._axis = inv, axis  # NumPy: float64 rates, int64 axes, (head_dim // 2,)
+        self._register_derived()
+
+    def _derived_tensors(self):
+        return {
+            "cos_sin": self._cos_sin_now("cpu", torch.float32),  # (max_len, r // 2, 2)
+            "axis": torch.from_numpy(self._axis),  # (r // 2,)
+        }
+
+    def _cos_sin_now(self, device, dtype):
+        pos = torch.arange(self.max_len, device=device)
+        return cos_sin(pos, torch.from_numpy(self._inv).to(device), 1.0, dtype)
+
+    def table(self, positions, dtype=torch.float32):
+        """``[cos, sin]`` of every pair at ``positions``: ``(b|1, seq, head_dim // 2, 2)``.
+
+        Parameters
+        ----------
+        positions : torch.Tensor or range
+            Int64 ``(b|1, seq, n_axes)`` coordinates, or 1-D positions (``(b|1, seq)`` or a
+            ``range``) meaning ``(p, ..., p)``.
+        dtype : torch.dtype
+            Dtype of the tensors to rotate; the table is float64 for float64, else float32.
+
+        Returns
+        -------
+        torch.Tensor
+            ``cs[..., j, :] = [cos, sin](p[axis[j]] * inv_freq[j])``.
+        """
+        check_axes(positions, self.n_axes)
+        check_max(positions, self.max_len)
+        table = self.cos_sin  # (max_len, r // 2, 2)
+        if dtype == torch.float64:  # float64 angles, kept float64
+            table = self._cos_sin_now(table.device, torch.float64)
+        if isinstance(positions, range):  # text, contiguous: a slice
+            return table[positions.start : positions.stop][None]  # (1, seq, r // 2, 2)
+        positions = positions.to(table.device)
+        if positions.dim() == 2:  # text: every axis at p
+            return table[positions]  # (b|1, seq, r // 2, 2)
+        pair = torch.arange(table.shape[1], device=table.device)  # (r // 2,)
+        return table[positions[..., self.axis], pair]  # (b|1, seq, r // 2, 2)
+
+    def _check(self, q, k):
+        for name, t in (("q", q), ("k", k)):
+            if t.dim() != 4 or t.shape[-1] != self.head_dim:
+                raise ValueError(
+                    f"{name} must have shape (batch, heads, seq, head_dim="
+                    f"{self.head_dim}), got {tuple(t.shape)}"
+                )
+        if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
+            raise ValueError(
+                "q and k must share batch and k's heads must divide q's, got "
+                f"{tuple(q.shape)} and {tuple(k.shape)}"
+            )
+
+    def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
+        """Rotate ``q`` and ``k`` by their coordinates (``k`` may have fewer heads).
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries, ``(batch, heads, seq_q, head_dim)``.
+        k : torch.Tensor
+            Keys, ``(batch, kv_heads, seq_k, head_dim)``.
+        q_positions : torch.Tensor or range
+            ``(batch|1, seq_q, n_axes)`` coordinates, or 1-D positions.
+        k_positions : torch.Tensor or range
+            ``(batch|1, seq_k, n_axes)`` coordinates, or 1-D positions.
+        inplace : bool
+            Write the rotation into ``q`` and ``k`` (plain eager inference only).
+
+        Returns
+        -------
+        q : torch.Tensor
+            Rotated queries.
+        k : torch.Tensor
+            Rotated keys.
+        """
+        self._check(q, k)
+        cs = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
+        q = rotate(q, cs[:, None], self.pairing, inplace=inplace)  # cs broadcast over heads
+        if q_positions is not k_positions:
+            cs = self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)
+        return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
+
+    def forward(self, q, k, positions=None):
+        """Rotate ``q`` and ``k`` that share positions; returns the rotated pair.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries, ``(batch, heads, seq, head_dim)``.
+        k : torch.Tensor
+            Keys, ``(batch, kv_heads, seq, head_dim)``.
+        positions : torch.Tensor or range, optional
+            ``(batch|1, seq, n_axes)`` coordinates, or 1-D positions ``(seq,)`` /
+            ``(batch, seq)``; default ``0 .. seq - 1`` on every axis.
+
+        Returns
+        -------
+        q : torch.Tensor
+            Rotated queries, new tensor.
+        k : torch.Tensor
+            Rotated keys, new tensor.
+        """
+        if q.dim() != 4 or k.dim() != 4 or q.shape[2] != k.shape[2]:
+            raise ValueError(
+                f"q and k must be 4-D with the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        pos = position_arg(positions, q.shape[0], q.shape[2], axes=self.position_axes)
+        return self.encode_qk(q, k, pos, pos)
+
+
+class AxialRotaryEmbedding(_GridRotary):
+    """Axial RoPE: ``n_axes`` blocks of rotary pairs, each a full RoPE of one coordinate.
+
+    The torch twin of :func:`posenc.rope_nd` with :func:`posenc.axial_frequencies`
+    (``freqs_for="lang"``: integer coordinates). With ``pairing="interleaved"`` the layout
+    is rotary-embedding-torch's ``get_axial_freqs`` (EVA-02): dims ``0 .. head_dim / n_axes``
+    turn with the first coordinate, the next block with the second, and so on.
+
+    Parameters
+    ----------
+    head_dim : int
+        Width of one head; a multiple of ``2 * n_axes``.
+    n_axes : int
+        Coordinates per token (2: ``(row, column)``).
+    base : float
+        The RoPE base of every axis.
+    pairing : {"half", "interleaved"}
+        Which dims form a pair.
+    max_len : int
+        Table size: every coordinate must be ``< max_len``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> from posenc.torch import AxialRotaryEmbedding
+    >>> rope2d = AxialRotaryEmbedding(8, max_len=16)
+    >>> pos = torch.from_numpy(posenc.grid_positions(3, 4))[None]  # (1, 12, 2): (row, column)
+    >>> q, k = torch.ones(1, 4, 12, 8), torch.ones(1, 2, 12, 8)
+    >>> [t.shape for t in rope2d(q, k, pos)]
+    [torch.Size([1, 4, 12, 8]), torch.Size([1, 2, 12, 8])]
+    """
+
+    def __init__(self, head_dim, *, n_axes=2, base=10_000.0, pairing="half", max_len=1024):
+        super().__init__()
+        inv, axis = posenc.axial_frequencies(head_dim, n_axes, base=base)  # validates
+        self.base = float(base)
+        self._setup(head_dim, inv, axis, int(n_axes), pairing, max_len)
+
+    def extra_repr(self):
+        return (
+            f"head_dim={self.head_dim}, n_axes={self.n_axes}, base={self.base}, "
+            f"pairing={self.pairing!r}, max_len={self.max_len}"
+        )
+
+
+class MRoPE(_GridRotary):
+    """Multimodal RoPE (Qwen2-VL): one RoPE spectrum, its pairs split by ``sections``.
+
+    The torch twin of :func:`posenc.rope_nd` with :func:`posenc.mrope_frequencies`.
+    Coordinates are ``(time, height, width)`` (:func:`posenc.mrope_positions` builds them
+    for a text + image + video sequence); text tokens may be given 1-D positions ``p``,
+    which mean ``(p, p, p)`` and give exactly :class:`~posenc.torch.RotaryEmbedding`.
+
+    Parameters
+    ----------
+    head_dim : int
+        Width of one head; ``2 * sum(sections)``.
+    sections : sequence of int
+        Pairs per axis (Qwen2-VL's ``mrope_section``, e.g. ``(16, 24, 24)``).
+    base : float
+        The RoPE base (Qwen2-VL: 1e6).
+    interleaved : bool
+        Qwen3-VL's interleaved sections instead of consecutive blocks.
+    pairing : {"half", "interleaved"}
+        Which dims form a pair (Qwen: ``"half"``).
+    max_len : int
+        Table size: every coordinate must be ``< max_len``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> from posenc.torch import MRoPE
+    >>> mrope = MRoPE(16, sections=(2, 3, 3), max_len=64)
+    >>> pos = torch.from_numpy(posenc.mrope_positions([2, (1, 2, 2), 1]))[None]  # (1, 7, 3)
+    >>> q = k = torch.ones(1, 1, 7, 16)
+    >>> mrope(q, k, pos)[0].shape
+    torch.Size([1, 1, 7, 16])
+    """
+
+    def __init__(
+        self, head_dim, *, sections, base=10_000.0, interleaved=False, pairing="half", max_len=4096
+    ):
+        super().__init__()
+        inv, axis = posenc.mrope_frequencies(
+            head_dim, sections, base=base, interleaved=interleaved
+        )  # validates head_dim, sections, base
+        self.sections, self.base = tuple(int(s) for s in sections), float(base)
+        self.interleaved = bool(interleaved)
+        self._setup(head_dim, inv, axis, len(self.sections), pairing, max_len)
+
+    @classmethod
+    def from_hf(cls, config, **overrides):
+        """Build M-RoPE from a Qwen2-VL / Qwen2.5-VL / Qwen3-VL ``config.json`` or config object.
+
+        Reads the text model's head width, ``rope_theta``, ``mrope_section``,
+        ``mrope_interleaved`` and ``max_position_embeddings``, from ``rope_scaling`` (v4
+        files) or ``rope_parameters`` (transformers 5).
+
+        Parameters
+        ----------
+        config : dict or object
+            A parsed ``config.json`` (its ``text_config`` if it has one) or a
+            ``transformers`` config object.
+        **overrides
+            Keyword arguments replacing what the config gives.
+
+        Returns
+        -------
+        MRoPE
+            ``pairing="half"`` (HF's ``rotate_half``) unless overridden.
+
+        Examples
+        --------
+        >>> from posenc.torch import MRoPE
+        >>> cfg = {"hidden_size": 1536, "num_attention_heads": 12, "rope_theta": 1e6,
+        ...        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+        >>> MRoPE.from_hf(cfg)
+        MRoPE(head_dim=128, sections=(16, 24, 24), base=1000000.0, interleaved=False, pairing='half', max_len=4096)
+        """  # noqa: E501
+        cfg = _as_dict(config)
+        cfg = _as_dict(cfg["text_config"]) if cfg.get("text_config") else cfg
+        params = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind not in ("default", "mrope") or "mrope_section" not in params:
+            raise ValueError(f"config must give an unscaled rope with mrope_section, got {params}")
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        kwargs = {
+            "sections": tuple(params["mrope_section"]),
+            "base": params.get("rope_theta", cfg.get("rope_theta", 10_000.0)),
+            "interleaved": bool(params.get("mrope_interleaved", False)),
+            "max_len": cfg.get("max_position_embeddings", 4096),
+        }
+        return cls(head_dim, **(kwargs | overrides))
+
+    def extra_repr(self):
+        return (
+            f"head_dim={self.head_dim}, sections={self.sections}, base={self.base}, "
+            f"interleaved={self.interleaved}, pairing={self.pairing!r}, max_len={self.max_len}"
+        )
