@@ -67,7 +67,7 @@ def stamp() -> dict:
     commit = dirty = None
     if top is not None and Path(top, "src", "posenc").resolve() == PACKAGE:
         commit = _git("rev-parse", "HEAD")
-        status = _git("status", "--porcelain", "--", "src")
+        status = _git("status", "--porcelain", "--", ":/src")  # from the top, not the cwd
         dirty = None if status is None else bool(status)
     return {"commit": commit, "dirty": dirty, "source": source_hash()}
 
