@@ -95,7 +95,7 @@ def test_a_row_reruns_bit_for_bit_and_a_changed_number_is_caught(tmp_path, capsy
     result = rerun(out, encoding="rope+yarn", task="lookback", seed=1)
     assert result.same and result.job.encoding == "rope" and len(result.compared) == 5
     assert cli.main(["rerun", str(out), "--row", "1"]) == 0  # pope, its deltas compared too
-    assert "same numbers" in capsys.readouterr().out
+    assert "every value of exact, token, final_loss, extras is equal" in capsys.readouterr().out
     tampered = [dict(r) for r in rows]
     tampered[1]["final_loss"] += 1e-12  # rope's row: one bit-level change
     _write(out, tampered)
@@ -199,3 +199,13 @@ def test_quick_writes_to_a_temporary_file_not_into_the_tree(monkeypatch):
     assert cli.main(["run", "--no-progress"]) == 0  # the full grid: five seeds by default
     assert {j.seed for j in seen["jobs"]} == {0, 1, 2, 3, 4} and len(seen["jobs"]) == 200
     assert seen["out"] == Path(cli.DEFAULT_OUT)
+
+
+def test_without_git_the_stamp_still_names_the_source(monkeypatch):
+    import posenc.experiments.provenance as provenance
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(provenance.subprocess, "run", no_git)
+    assert provenance.stamp() == {"commit": None, "dirty": None, "source": stamp()["source"]}

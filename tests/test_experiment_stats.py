@@ -116,3 +116,35 @@ def test_bad_metric():
         summarise(_rows("x", [0.5]), "loss")
     with pytest.raises(ValueError, match="metric must be 'exact' or 'token', got 'loss'"):
         paired(_rows("x", [0.5]), "copy", "x", "x", 32, "loss")
+
+
+def test_compare_command_prints_one_verdict_per_size(tmp_path, capsys):
+    import json
+
+    from posenc.experiments.__main__ import main
+
+    rows = _rows("alibi", [0.9, 0.8, 0.7, 0.6, 0.5]) + _rows("kerple", [0.8, 0.6, 0.6, 0.4, 0.4])
+    rows += _rows("alibi", [0.0] * 5, task="reverse")
+    rows += _rows("kerple", [0.0] * 5, at16=[1, 1, 1, 1, 0.2], task="reverse")
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["compare", "alibi", "kerple", "--task", "copy", "--path", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[1].endswith("of 5: alibi better")
+    main(["compare", "alibi", "kerple", "--task", "reverse", "--path", str(path)])
+    assert "seeds 4 left out" in capsys.readouterr().out
+
+
+def test_claims_drawn_on_some_seeds_are_confirmed_or_refuted_on_others():
+    from posenc.experiments.stats import claims, holds
+
+    drawn = _rows("x", [0.9, 0.8, 0.7]) + _rows("y", [0.5, 0.4, 0.45]) + _rows("z", [0.5] * 3)
+    found = claims(drawn, "copy", ["z", "y", "x"], 32)
+    assert [(c.a, c.b) for c in found] == [("x", "z"), ("x", "y")]  # winner first; y ~ z
+    later = [r | {"seed": r["seed"] + 3} for r in _rows("x", [0.6, 0.6]) + _rows("y", [0.5, 0.6])]
+    assert holds(found[1], later)  # one seed for, one tie, none against
+    against = [r | {"seed": 9} for r in _rows("x", [0.3]) + _rows("y", [0.5])]
+    assert not holds(found[1], later + against)
+    assert not holds(found[1], [r | {"seed": 9} for r in _rows("x", [0.3])])  # no pair: no support
+    with pytest.raises(ValueError, match="claim must be resolved"):
+        holds(paired(drawn, "copy", "y", "z", 32), later)

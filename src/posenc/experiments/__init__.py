@@ -13,9 +13,9 @@ pieces: ``posenc.experiments.tasks`` (the problems),
 """
 
 from posenc.experiments.grid import ENCODINGS, VARIANTS, Job, jobs_of, run_grid, run_job
-from posenc.experiments.reproduce import rerun
+from posenc.experiments.reproduce import Rerun, rerun
 from posenc.experiments.results import load, merge
-from posenc.experiments.stats import beats, learned_seeds, paired
+from posenc.experiments.stats import Comparison, beats, claims, holds, learned_seeds, paired
 from posenc.experiments.summary import summarise, table
 from posenc.experiments.tasks import TASKS, Copy, IndirectIndexing, Lookback, Reverse, Task
 from posenc.experiments.train import Config, evaluate, make_model, train
@@ -24,6 +24,7 @@ __all__ = [
     "ENCODINGS",
     "TASKS",
     "VARIANTS",
+    "Comparison",
     "Config",
     "Copy",
     "IndirectIndexing",
@@ -31,9 +32,12 @@ __all__ = [
     "Lookback",
     "Task",
     "beats",
+    "claims",
+    "holds",
     "learned_seeds",
     "paired",
     "rerun",
+    "Rerun",
     "Reverse",
     "evaluate",
     "jobs_of",

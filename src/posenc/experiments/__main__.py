@@ -156,7 +156,7 @@ def _rerun(parser, args):
     for note in result.notes:
         print("note:", note)
     if result.same:
-        print("same numbers: every accuracy, the final loss and the extras are equal")
+        print(f"same numbers: every value of {', '.join(result.fields)} is equal")
         return 0
     print("DIFFERENT:\n  " + "\n  ".join(result.differences))
     return 1

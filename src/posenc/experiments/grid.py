@@ -224,7 +224,7 @@ def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
     """Run the jobs not yet in ``out``, appending each job's rows as soon as it finishes.
 
     Every row records the config, the code's stamp (``commit``, ``dirty``, ``source``;
-    see :mod:`posenc.experiments.provenance`), the machine, versions and command.
+    see ``posenc.experiments.provenance``), the machine, versions and command.
 
     Parameters
     ----------
@@ -233,7 +233,7 @@ def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
     config : Config
         Model and budget.
     out : str or Path
-        JSON-lines results file; its rows (of this config and code: :func:`check_out`,
+        JSON-lines results file; its rows (of this config and code: ``check_out``,
         else ``ValueError`` before any training) are kept and their jobs skipped.
     processes : int
         Local worker processes (each on one thread).

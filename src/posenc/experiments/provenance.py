@@ -23,7 +23,10 @@ PACKAGE = Path(__file__).resolve().parents[1]  # .../src/posenc
 
 
 def _git(*args):
-    out = subprocess.run(["git", "-C", str(PACKAGE), *args], capture_output=True, text=True)
+    try:
+        out = subprocess.run(["git", "-C", str(PACKAGE), *args], capture_output=True, text=True)
+    except OSError:  # no git on this machine
+        return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 

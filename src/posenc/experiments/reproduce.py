@@ -32,6 +32,9 @@ class Rerun:
         One line per differing value (result name, field, committed and fresh).
     compared : tuple of str
         The result names compared (every row of the job present in the file).
+    fields : tuple of str
+        The values compared: those of ``exact``, ``token``, ``final_loss`` and ``extras``
+        that the file's rows record (older rows have no final loss).
     notes : tuple of str
         What may explain a difference: another commit, a dirty tree, a row without one.
     """
@@ -39,6 +42,7 @@ class Rerun:
     job: Job
     differences: tuple
     compared: tuple
+    fields: tuple
     notes: tuple
 
     @property
@@ -101,7 +105,7 @@ def rerun(path, *, row=None, encoding=None, task=None, seed=None, progress=None)
     path : str or Path
         Results file.
     row, encoding, task, seed
-        Which row (see :func:`find_row`).
+        Which row (see ``find_row``).
     progress : callable, optional
         Passed to the training loop.
 
@@ -126,14 +130,17 @@ def rerun(path, *, row=None, encoding=None, task=None, seed=None, progress=None)
                      f"{here['commit']}{' (dirty)' if here['dirty'] else ''}")  # fmt: skip
     fresh = {r["encoding"]: r for r in run_job(job, _config(target), progress)}
     committed = {r["encoding"]: r for r in rows if _key_of(r) == _key_of(target)}
-    differences = []
+    differences, checked = [], set()
     for result, old in committed.items():
         new = fresh[result]
         for field in COMPARED:
+            if field in old:
+                checked.add(field)
             if field in old and old[field] != new.get(field):
                 differences.append(f"{result} {field}: {old[field]} in the file, "
                                    f"{new.get(field)} now")  # fmt: skip
-    return Rerun(job, tuple(differences), tuple(committed), tuple(notes))
+    checked = tuple(f for f in COMPARED if f in checked)
+    return Rerun(job, tuple(differences), tuple(committed), checked, tuple(notes))
 
 
 def _key_of(row):  # the job a row belongs to

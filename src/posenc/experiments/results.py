@@ -132,7 +132,7 @@ def check_out(out, config: Config, stamp_=None):
     config : Config
         The run's config.
     stamp_ : dict, optional
-        The code's stamp (default: :func:`posenc.experiments.provenance.stamp`).
+        The code's stamp (default: ``provenance.stamp()``).
     """
     out = Path(out)
     if out.is_dir():

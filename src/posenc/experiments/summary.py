@@ -88,7 +88,8 @@ def table(rows, metric="exact", order=None):
         if order:
             names = sorted(names, key=lambda e: order.index(e) if e in order else len(order))
         sizes = sorted(summary[(task, names[0])]["mean"], key=int)
-        lines.append(f"\n{task} ({metric} match, % mean +- sd over seeds; n = problem size)")
+        what = "exact match" if metric == "exact" else "token accuracy"
+        lines.append(f"\n{task} ({what}, % mean +- sd over seeds; n = problem size)")
         lines.append(f"{'encoding':<14}" + "".join(f"{'n=' + n:>13}" for n in sizes))
         for name in names:
             s = summary[(task, name)]
