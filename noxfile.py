@@ -115,7 +115,8 @@ def experiments(session: nox.Session) -> None:
     ``nox -s experiments`` runs (or resumes) the full grid, 10 encodings x 4 tasks x 5 seeds
     (seeds 0..4; ~100 min of 2-core CPU), with two processes into
     benchmarks/results/length_generalisation.jsonl; a results file is resumed only if its
-    rows have the same config and commit (run a grid from a fixed commit, see
+    rows have the same config and commit, else refused before any training (run a grid
+    from a fixed commit into ``--out build/...`` shards and merge them, see
     docs/developers.md). ``nox -s experiments -- --quick`` runs the miniature (under 3
     minutes) into a temporary file and prints its table. Other arguments go to ``run``
     (``--shard 1/4``, ``--out``, ``--device cuda``, ``--steps``...).

@@ -96,7 +96,12 @@ def test_a_row_reruns_bit_for_bit_and_a_changed_number_is_caught(tmp_path, capsy
     assert result.same and result.job.encoding == "rope" and len(result.compared) == 5
     assert cli.main(["rerun", str(out), "--row", "1"]) == 0  # pope, its deltas compared too
     assert "every value of exact, token, final_loss, extras is equal" in capsys.readouterr().out
-    tampered = [dict(r) for r in rows]
+    tampered = json.loads(json.dumps(rows))
+    tampered[0]["extras"]["delta"][0][0] += 0.5  # pope's learned offsets
+    _write(out, tampered)
+    assert cli.main(["rerun", str(out), "--row", "1"]) == 1
+    assert "largest change 0.5" in capsys.readouterr().out
+    tampered = json.loads(json.dumps(rows))
     tampered[1]["final_loss"] += 1e-12  # rope's row: one bit-level change
     _write(out, tampered)
     assert cli.main(["rerun", str(out), "--encoding", "rope", "--task", "lookback",

@@ -137,10 +137,30 @@ def rerun(path, *, row=None, encoding=None, task=None, seed=None, progress=None)
             if field in old:
                 checked.add(field)
             if field in old and old[field] != new.get(field):
-                differences.append(f"{result} {field}: {old[field]} in the file, "
-                                   f"{new.get(field)} now")  # fmt: skip
+                differences.append(f"{result} {field}: {_diff(old[field], new.get(field))}")
     checked = tuple(f for f in COMPARED if f in checked)
     return Rerun(job, tuple(differences), tuple(committed), checked, tuple(notes))
+
+
+def _diff(old, new):
+    """The differing values, compactly: per test size, or the largest change of a list."""
+    if isinstance(old, dict) and isinstance(new, dict) and set(old) == set(new):
+        parts = [f"{k}: {_diff(old[k], new[k])}" for k in old if old[k] != new[k]]
+        return "{" + ", ".join(parts) + "}"
+    flat_old, flat_new = _flat(old), _flat(new)
+    if flat_old is not None and flat_new is not None and len(flat_old) == len(flat_new) > 1:
+        change = max(abs(a - b) for a, b in zip(flat_old, flat_new, strict=True))
+        return f"{len(flat_old)} values, largest change {change:.3g}"
+    return f"{old} in the file, {new} now"
+
+
+def _flat(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        parts = [_flat(v) for v in value]
+        return None if None in parts else [x for p in parts for x in p]
+    return None
 
 
 def _key_of(row):  # the job a row belongs to
