@@ -24,7 +24,7 @@ COMPARED = ("exact", "token", "final_loss", "extras")
 class Rerun:
     """The outcome of :func:`rerun`.
 
-    Attributes
+    Parameters
     ----------
     job : Job
         The job trained again (RoPE's for a ``rope+...`` row).

@@ -128,7 +128,7 @@ def learned_seeds(rows, task, encoding) -> list:
 class Comparison:
     """A paired comparison of encodings ``a`` and ``b`` (``a - b``, per seed).
 
-    Attributes
+    Parameters
     ----------
     task, a, b, metric : str
         What was compared.
