@@ -112,10 +112,14 @@ def docs_live(session: nox.Session) -> None:
 def experiments(session: nox.Session) -> None:
     """The length-generalisation study of Part 6 (python -m posenc.experiments run).
 
-    ``nox -s experiments`` runs (or resumes) the full grid with two processes into
-    benchmarks/results/length_generalisation.jsonl (133 min of CPU: about 70 min on 2 cores);
-    ``nox -s experiments -- --quick`` runs the miniature (under 3 minutes) and prints its
-    table. Other arguments go to ``run`` (``--shard 0/4``, ``--device cuda``, ``--steps``...).
+    ``nox -s experiments`` runs (or resumes) the full grid, 10 encodings x 4 tasks x 5 seeds
+    (seeds 0..4; ~100 min of 2-core CPU), with two processes into
+    benchmarks/results/length_generalisation.jsonl; a results file is resumed only if its
+    rows have the same config and commit, else refused before any training (run a grid
+    from a fixed commit into ``--out build/...`` shards and merge them, see
+    docs/developers.md). ``nox -s experiments -- --quick`` runs the miniature (under 3
+    minutes) into a temporary file and prints its table. Other arguments go to ``run``
+    (``--shard 1/4``, ``--out``, ``--device cuda``, ``--steps``...).
     """
     _install(session, "experiments")
     args = list(session.posargs)

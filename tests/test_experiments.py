@@ -81,7 +81,7 @@ def test_training_learns_an_easy_task_and_a_job_reports_every_size():
 def test_shards_and_merge_give_the_file_of_one_run(tmp_path):
     whole = run_grid(jobs_of(**GRID), TINY, tmp_path / "whole.jsonl", progress=False)
     for i in range(2):
-        run_grid(jobs_of(**GRID, shard=(i, 2)), TINY, tmp_path / f"s{i}.jsonl", progress=False)
+        run_grid(jobs_of(**GRID, shard=(i + 1, 2)), TINY, tmp_path / f"s{i}.jsonl", progress=False)
     merged = merge(tmp_path / "merged.jsonl", [tmp_path / "s0.jsonl", tmp_path / "s1.jsonl"])
     assert len(whole) == 2 * (1 + 5) and _stable(merged) == _stable(whole)
 
@@ -141,6 +141,6 @@ def test_bad_grid_input():
         jobs_of(["rotary"], ["copy"], [0])
     with pytest.raises(ValueError, match="task must be one of"):
         jobs_of(["rope"], ["sort"], [0])
-    with pytest.raises(ValueError, match="shard must be i/n with 0 <= i < n, got 2/2"):
-        jobs_of(["rope"], ["copy"], [0], shard=(2, 2))
+    with pytest.raises(ValueError, match="shard must be i/n with 1 <= i <= n, got 3/2"):
+        jobs_of(["rope"], ["copy"], [0], shard=(3, 2))
     assert set(TASKS) == {"copy", "reverse", "lookback", "indirect"}

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -21,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-import posenc
+from posenc.experiments.provenance import machine, stamp
+from posenc.experiments.results import _key, check_out, load, write_sorted
 from posenc.experiments.tasks import TASKS
 from posenc.experiments.train import Config, evaluate, make_model, train
 from posenc.scaling import NTK, DynamicNTK, Linear, YaRN
@@ -38,7 +37,8 @@ from posenc.torch import (
     XPos,
 )
 
-__all__ = ["ENCODINGS", "VARIANTS", "Job", "jobs_of", "run_job", "run_grid", "merge", "load"]
+__all__ = ["ENCODINGS", "VARIANTS", "Job", "jobs_of", "check_grid", "run_job", "run_grid",
+           "quick_config"]  # fmt: skip
 
 # trained encodings: name -> factory(config)
 ENCODINGS = {
@@ -87,8 +87,8 @@ class Job:
         return [self.encoding] + (list(VARIANTS) if self.encoding == "rope" else [])
 
 
-def jobs_of(encodings, tasks, seeds, shard=(0, 1)):
-    """The grid's jobs in a fixed order, then every ``n``-th from ``i`` for shard ``(i, n)``.
+def jobs_of(encodings, tasks, seeds, shard=(1, 1)):
+    """The grid's jobs in a fixed order, then shard ``(i, n)``: every ``n``-th from the ``i``-th.
 
     Parameters
     ----------
@@ -97,14 +97,20 @@ def jobs_of(encodings, tasks, seeds, shard=(0, 1)):
     tasks : list of str
         Names in ``posenc.experiments.TASKS``.
     seeds : list of int
-        Seeds.
+        Distinct seeds, each ``>= 0``.
     shard : tuple of int
-        ``(i, n)``: this machine's share of the grid.
+        ``(i, n)`` with ``1 <= i <= n``: this machine's share of the grid; shards
+        ``1/n .. n/n`` together run every job once.
 
     Returns
     -------
     list of Job
         One per (task, encoding, seed), RoPE's inference-time variants included in its jobs.
+
+    Examples
+    --------
+    >>> [j.seed for j in jobs_of(["rope"], ["copy"], [0, 1, 2, 3, 4], shard=(2, 2))]
+    [1, 3]
     """
     for name in encodings:
         if name not in ENCODINGS:
@@ -112,23 +118,52 @@ def jobs_of(encodings, tasks, seeds, shard=(0, 1)):
     for name in tasks:
         if name not in TASKS:
             raise ValueError(f"task must be one of {sorted(TASKS)}, got {name!r}")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {list(seeds)}")
     i, n = shard
-    if not 0 <= i < n:
-        raise ValueError(f"shard must be i/n with 0 <= i < n, got {i}/{n}")
+    if not 1 <= i <= n:
+        raise ValueError(f"shard must be i/n with 1 <= i <= n, got {i}/{n}")
     jobs = [Job(e, t, s) for t in tasks for e in encodings for s in seeds]
-    return jobs[i::n]
+    return jobs[i - 1 :: n]
 
 
-def _rows(job, config, results, seconds, extras=None):
+def check_grid(jobs, config: Config):
+    """Raise ``ValueError`` (before any training) if a job cannot run with ``config``.
+
+    The position tables of the absolute encodings must hold the longest test sequence,
+    and indirect indexing needs as many distinct content tokens as the largest problem.
+
+    Parameters
+    ----------
+    jobs : list of Job
+        From :func:`jobs_of`.
+    config : Config
+        Model and budget.
+    """
+    largest = max(config.lengths[-1], config.train_max)
+    for job in jobs:
+        longest = TASKS[job.task].length(largest)
+        if job.encoding in ("sinusoidal", "learned") and longest > config.max_len:
+            raise ValueError(f"max_len must hold the longest {job.task} sequence ({longest} "
+                             f"tokens at n={largest}), got {config.max_len}")  # fmt: skip
+        if job.task == "indirect" and config.content < largest:
+            raise ValueError(f"content must be >= {largest} (indirect indexing draws n "
+                             f"distinct tokens), got {config.content}")  # fmt: skip
+
+
+def _rows(job, config, results, seconds, extras, loss):
     rows = []
     for name, accs in results.items():
         row = {
             "encoding": name, "task": job.task, "seed": job.seed,
             "exact": {str(n): a["exact"] for n, a in accs.items()},
             "token": {str(n): a["token"] for n, a in accs.items()},
-            "seconds": seconds[name], "config": config.as_dict(),
+            "seconds": seconds[name], "config": config.as_dict(), "final_loss": loss,
         }  # fmt: skip
-        if extras and name in extras:
+        if name in extras:
             row["extras"] = extras[name]
         rows.append(row)
     return rows
@@ -177,85 +212,7 @@ def run_job(job: Job, config: Config, progress=None) -> list[dict]:
                 variant.load_state_dict(lm.state_dict())  # same weights, new rotations
                 accs.update(evaluate(variant, task, [n], **kw))
             results[name], seconds[name] = accs, time.perf_counter() - start
-    return _rows(job, config, results, seconds, extras)
-
-
-def _key(row):
-    return (row["task"], row["encoding"], row["seed"])
-
-
-def load(path) -> list[dict]:
-    """The result rows of a JSON-lines file (missing file: none).
-
-    A last line cut short (the process was killed while writing it) is dropped: its job
-    runs again.
-
-    Parameters
-    ----------
-    path : str or Path
-        The file.
-
-    Returns
-    -------
-    list of dict
-        The rows.
-    """
-    path = Path(path)
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    rows = []
-    for i, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise
-    return rows
-
-
-def _write_sorted(path, rows):
-    rows = sorted({_key(r): r for r in rows}.values(), key=_key)  # one row per key, sorted
-    Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-
-
-def merge(out, inputs) -> list[dict]:
-    """Join result files (shards) into ``out``: one row per (task, encoding, seed), sorted.
-
-    Parameters
-    ----------
-    out : str or Path
-        The merged file (overwritten).
-    inputs : list of str or Path
-        Shard files.
-
-    Returns
-    -------
-    list of dict
-        The merged rows.
-    """
-    rows = [row for path in inputs for row in load(path)]
-    _write_sorted(out, rows)
-    return load(out)
-
-
-def provenance(command):
-    """Machine, versions and command, stored with every row of a run."""
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return {
-        "machine": {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()},
-        "versions": {
-            "posenc": posenc.__version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-        },  # fmt: skip
-        "command": command,
-    }
+    return _rows(job, config, results, seconds, extras, log["losses"][-1])
 
 
 def _worker(args):
@@ -266,6 +223,9 @@ def _worker(args):
 def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
     """Run the jobs not yet in ``out``, appending each job's rows as soon as it finishes.
 
+    Every row records the config, the code's stamp (``commit``, ``dirty``, ``source``;
+    see ``posenc.experiments.provenance``), the machine, versions and command.
+
     Parameters
     ----------
     jobs : list of Job
@@ -273,7 +233,8 @@ def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
     config : Config
         Model and budget.
     out : str or Path
-        JSON-lines results file; existing rows are kept and their jobs skipped.
+        JSON-lines results file; its rows (of this config and code: ``check_out``,
+        else ``ValueError`` before any training) are kept and their jobs skipped.
     processes : int
         Local worker processes (each on one thread).
     command : str, optional
@@ -287,10 +248,12 @@ def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
         Every row of ``out`` after the run, sorted.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    code = stamp()
+    check_grid(jobs, config)
+    check_out(out, config, code)
     done = {_key(r) for r in load(out)}
     todo = [j for j in jobs if any((j.task, n, j.seed) not in done for n in j.names)]
-    meta = provenance(command or " ".join([Path(sys.executable).name, *sys.argv]))
+    meta = machine(command or " ".join([Path(sys.executable).name, *sys.argv])) | code
     bar = _bar(len(jobs), len(jobs) - len(todo), progress)
     if processes > 1 and len(todo) > 1:
         ctx = mp.get_context("spawn")  # torch is not fork-safe
@@ -308,7 +271,7 @@ def run_grid(jobs, config, out, *, processes=1, command=None, progress=True):
         bar.close()
         if pool is not None:
             pool.terminate()
-    _write_sorted(out, load(out))
+    write_sorted(out, load(out))
     return load(out)
 
 

@@ -58,6 +58,39 @@ class Config:
     max_len: int = 256  # position tables of the absolute encodings and RoPE
     device: str = "cpu"
 
+    def __post_init__(self):
+        for name in ("dim", "depth", "heads", "steps", "batch", "eval_size", "content",
+                     "max_len", "train_min", "train_max"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.dim % self.heads or (self.dim // self.heads) % 2:
+            raise ValueError(f"dim must be a multiple of 2 * heads={2 * self.heads} (an even "
+                             f"head dimension for the rotations), got {self.dim}")  # fmt: skip
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (isinstance(self.warmup, (int, float)) and 0 <= self.warmup < 1):
+            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup!r}")
+        if self.train_min < 2:  # lookback needs a token to look back to
+            raise ValueError(f"train_min must be >= 2, got {self.train_min}")
+        if self.train_min > self.train_max:
+            raise ValueError(f"train_min must be <= train_max={self.train_max}, "
+                             f"got {self.train_min}")  # fmt: skip
+        lengths = tuple(self.lengths)
+        if (not lengths or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths)
+                or list(lengths) != sorted(set(lengths)) or lengths[0] < 2):  # fmt: skip
+            raise ValueError(f"lengths must be increasing ints >= 2, got {self.lengths!r}")
+        if lengths[0] > self.train_max:
+            raise ValueError(
+                f"lengths must start in distribution (<= train_max="
+                f"{self.train_max}: 'learned' is judged there), got {lengths}"
+            )
+        if not isinstance(self.device, str) or not (
+            self.device == "cpu" or self.device.split(":")[0] == "cuda"
+        ):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got {self.device!r}")
+        object.__setattr__(self, "lengths", lengths)
+
     def as_dict(self):
         """The fields as JSON-friendly values (tuples as lists)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
