@@ -28,7 +28,7 @@ import torch
 
 from posenc.torch.kernels.rope_eager import check_out, cos_sin, rotate_eager, rotate_expr
 
-__all__ = ["TABLE", "choose", "cos_sin", "needs_expr", "rotate", "rotate_qk", "use"]
+__all__ = ["TABLE", "choose", "lookup", "cos_sin", "needs_expr", "rotate", "rotate_qk", "use"]
 
 IMPLS = ("expr", "eager", "triton")
 
@@ -71,6 +71,14 @@ def needs_expr(x) -> bool:
     return mode(x) != "plain"
 
 
+def lookup(device_type, mode, dtype) -> str:
+    """:data:`TABLE`'s entry: what runs on ``device_type`` in ``mode`` for ``dtype``."""
+    if mode == "functorch":
+        return "expr"  # the custom ops have no batching rules
+    row = TABLE[("cuda" if device_type == "cuda" else "cpu", mode)]
+    return row[0 if dtype == torch.float64 else 1 if dtype == torch.float32 else 2]
+
+
 def choose(x, impl=None) -> str:
     """The implementation for a rotation of ``x`` now: ``impl`` if it fits, else the table's.
 
@@ -93,10 +101,7 @@ def choose(x, impl=None) -> str:
         if why:
             raise ValueError(f"impl={impl!r} {why}")
         return impl
-    if m == "functorch":
-        return "expr"  # the custom ops have no batching rules
-    row = TABLE[("cuda" if x.device.type == "cuda" else "cpu", m)]
-    impl = row[0 if x.dtype == torch.float64 else 1 if x.dtype == torch.float32 else 2]
+    impl = lookup(x.device.type, m, x.dtype)
     if impl == "triton" and (x.dim() > 4 or not _triton_ok()):
         impl = _FALLBACK[m]
     return impl
