@@ -117,12 +117,14 @@ def _rotate_blocked(x, cs, pairing, dst, h):
     if x.numel() <= _BLOCK:
         dst[..., :r].copy_(rotate_expr(x[..., :r], cs, pairing))
         return
-    cos, sin = (t.expand(*x.shape[:-1], h) for t in _cos_sin(cs))  # (..., seq, r // 2)
+    if pairing == "interleaved":  # pairs as complex numbers: stride-1 work on the buffer
+        tables = [_complex(cs).expand(*x.shape[:-1], h)]  # (..., seq, r // 2) complex
+    else:
+        tables = [t.expand(*x.shape[:-1], h) for t in _cos_sin(cs)]  # (..., seq, r // 2)
     seq = x.shape[-2]
     buf = None
-    views = zip(_views3(x), _views3(dst), _views3(cos), _views3(sin), strict=True)
-    for xv, dv, cv, sv in views:
-        rows = xv.shape[0]  # xv, dv: (rows, seq, width); cv, sv: (rows, seq, r // 2)
+    for xv, dv, *tv in zip(_views3(x), _views3(dst), *map(_views3, tables), strict=True):
+        rows = xv.shape[0]  # xv, dv: (rows, seq, width); tv: (rows, seq, r // 2) each
         g = max(1, min(rows, _BLOCK // (seq * r)))  # rows per block
         if buf is None or buf.shape[1] < g:
             buf = torch.empty(2, g, seq, r, dtype=cs.dtype, device=x.device)
@@ -130,14 +132,27 @@ def _rotate_blocked(x, cs, pairing, dst, h):
             n = min(g, rows - j)
             src, res = buf[0, :n], buf[1, :n]  # (n, seq, r)
             src.copy_(xv[j : j + n, :, :r])  # upcast (or copy) the block
-            c, s = cv[j : j + n], sv[j : j + n]  # (n, seq, r // 2)
-            s1, s2 = _pairs(src, h, pairing)
-            o1, o2 = _pairs(res, h, pairing)
-            torch.mul(s1, c, out=o1)
-            o1.addcmul_(s2, s, value=-1)
-            torch.mul(s2, c, out=o2)
-            o2.addcmul_(s1, s)
+            _rotate_block(src, [t[j : j + n] for t in tv], res, h, pairing)
             dv[j : j + n, :, :r].copy_(res)  # round once
+
+
+def _rotate_block(src, tables, res, h, pairing):
+    """``res = rotation of src``: contiguous ``(n, seq, r)`` buffers in the table's dtype."""
+    if pairing == "interleaved":
+        torch.mul(_as_complex(src, h), tables[0], out=_as_complex(res, h))
+        return
+    c, s = tables  # (n, seq, r // 2) each
+    s1, s2 = _pairs(src, h, pairing)
+    o1, o2 = _pairs(res, h, pairing)
+    torch.mul(s1, c, out=o1)
+    o1.addcmul_(s2, s, value=-1)
+    torch.mul(s2, c, out=o2)
+    o2.addcmul_(s1, s)
+
+
+def _complex(cs):
+    """The table as complex numbers ``cos + i sin``: ``(..., seq, r // 2)`` (a view if it can)."""
+    return torch.view_as_complex(cs if _complex_view_ok(cs) else cs.contiguous())
 
 
 def _cos_sin(cs):
