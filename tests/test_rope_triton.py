@@ -80,6 +80,23 @@ def test_forward_matches_numpy(pairing, dtype, rotary_dim, per_row, where):
     _check(kr, _ref(k0, pos, **kw), dtype)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_q_and_k_in_one_launch(grad, monkeypatch):
+    from posenc.torch.kernels import rope_triton
+
+    calls = []
+    launch = rope_triton.launch
+    monkeypatch.setattr(rope_triton, "launch", lambda pairs, *a: calls.append(len(pairs)) or
+                        launch(pairs, *a))  # fmt: skip
+    q, k = (t.requires_grad_(grad) for t in _qk(torch.bfloat16))
+    with kernels.use("triton"):
+        qr, kr = RotaryEmbedding(HD, max_len=64)(q, k)
+    assert calls == [2]  # one launch, two tensors
+    if grad:
+        torch.autograd.backward((qr, kr), (torch.ones_like(qr), torch.ones_like(kr)))
+        assert calls == [2, 2]
+
+
 def test_float32_equals_the_expression_path():
     rot = RotaryEmbedding(HD, pairing="interleaved", max_len=64)
     q, k = _qk(torch.float32)
