@@ -9,6 +9,8 @@ vectors (independent of the kernel's ``conjugate`` flag), and the expression pat
 """
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -255,6 +257,26 @@ def test_a_bad_override_raises(monkeypatch):
         monkeypatch.delenv("TRITON_INTERPRET")
         with pytest.raises(ValueError, match="impl='triton' needs triton and a CUDA tensor"):
             kernels.choose(x, "triton")
+
+
+def test_triton_stays_optional():
+    """Without triton installed, posenc imports, rotates, and refuses to force it."""
+    code = (
+        "import sys, os; os.environ['TRITON_INTERPRET'] = '1'\n"
+        "sys.modules['triton'] = None  # as if not installed\n"
+        "import torch, posenc.torch\n"
+        "from posenc.torch import RotaryEmbedding, kernels\n"
+        "x = torch.ones(1, 2, 3, 8)\n"
+        "RotaryEmbedding(8)(x, x)\n"
+        "try:\n"
+        "    kernels.choose(x, 'triton')\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "impl='triton' needs triton" in run.stdout
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU: 2**31 elements")
