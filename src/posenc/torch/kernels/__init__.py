@@ -45,8 +45,11 @@ _FALLBACK = {"plain": "eager", "autograd": "expr", "compile": "expr"}  # triton 
 _forced = None  # set by use()
 
 
+_HAS_TRITON = importlib.util.find_spec("triton") is not None  # looked up, not imported
+
+
 def _triton_ok() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _HAS_TRITON
 
 
 def _triton_fits(x) -> bool:
