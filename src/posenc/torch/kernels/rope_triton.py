@@ -31,35 +31,41 @@ _TILE = 4096  # elements of x per program (rows x pairs x 2)
 
 @triton.jit
 def _rotate_rows(
-    X, CS, OUT,  # x and out: (b, h, s, d); cs: (b, h, s, r // 2, 2), strides may be 0
+    X, CS, OUT,  # x, out: (b, h, s, d); cs: (b, h, s, r // 2, 2), (r // 2, 2) contiguous
     sxb, sxh, sxs, sxd,
     sob, sobh, sos, sod,
-    scb, sch, scs, scj, scc,
+    scb, sch, scs,
     b, head, s0, seq,
     HALF: tl.constexpr, TAIL: tl.constexpr, INTERLEAVED: tl.constexpr,
     CONJUGATE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):  # fmt: skip
     rows = s0 + tl.arange(0, BLOCK_S).to(tl.int64)[:, None]  # (BLOCK_S, 1)
-    j = tl.arange(0, BLOCK_H).to(tl.int64)[None, :]  # (1, BLOCK_H): pair index
-    mask = (rows < seq) & (j < HALF)  # (BLOCK_S, BLOCK_H)
-    c_at = CS + b * scb + head * sch + rows * scs + j * scj
-    cos = tl.load(c_at, mask=mask, other=0.0).to(tl.float32)
-    sin = tl.load(c_at + scc, mask=mask, other=0.0).to(tl.float32)
+    e = tl.arange(0, 2 * BLOCK_H).to(tl.int64)[None, :]  # (1, 2 BLOCK_H): a row's 2h entries
+    emask = (rows < seq) & (e < 2 * HALF)  # (BLOCK_S, 2 BLOCK_H)
+    # the table's rows are [cos_0, sin_0, cos_1, ...]: one contiguous load, split in registers
+    cs = tl.load(CS + b * scb + head * sch + rows * scs + e, mask=emask, other=0.0)
+    cos, sin = tl.split(tl.reshape(cs.to(tl.float32), (BLOCK_S, BLOCK_H, 2)))  # (BLOCK_S, BLOCK_H)
     if CONJUGATE:
         sin = -sin
-    if INTERLEAVED:
-        c1, c2 = 2 * j, 2 * j + 1  # columns of the two members of pair j
-    else:
-        c1, c2 = j, j + HALF
     x_at = X + b * sxb + head * sxh + rows * sxs
     o_at = OUT + b * sob + head * sobh + rows * sos
-    x1 = tl.load(x_at + c1 * sxd, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_at + c2 * sxd, mask=mask, other=0.0).to(tl.float32)
+    if INTERLEAVED:  # pairs are adjacent: load whole rows, split in registers
+        x = tl.load(x_at + e * sxd, mask=emask, other=0.0).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, (BLOCK_S, BLOCK_H, 2)))  # (BLOCK_S, BLOCK_H) each
+    else:  # pairs are (j, j + HALF): the two halves
+        j = tl.arange(0, BLOCK_H).to(tl.int64)[None, :]  # (1, BLOCK_H)
+        mask = (rows < seq) & (j < HALF)  # (BLOCK_S, BLOCK_H)
+        x1 = tl.load(x_at + j * sxd, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_at + (j + HALF) * sxd, mask=mask, other=0.0).to(tl.float32)
     o1 = x1 * cos - x2 * sin
     o2 = x2 * cos + x1 * sin
-    tl.store(o_at + c1 * sod, o1.to(OUT.dtype.element_ty), mask=mask)  # the one rounding
-    tl.store(o_at + c2 * sod, o2.to(OUT.dtype.element_ty), mask=mask)
+    if INTERLEAVED:
+        o = tl.reshape(tl.join(o1, o2), (BLOCK_S, 2 * BLOCK_H))  # (BLOCK_S, 2 BLOCK_H)
+        tl.store(o_at + e * sod, o.to(OUT.dtype.element_ty), mask=emask)  # the one rounding
+    else:
+        tl.store(o_at + j * sod, o1.to(OUT.dtype.element_ty), mask=mask)  # the one rounding
+        tl.store(o_at + (j + HALF) * sod, o2.to(OUT.dtype.element_ty), mask=mask)
     if TAIL > 0:  # partial rotary, new output: the dims past 2 * HALF pass through
         t = 2 * HALF + tl.arange(0, BLOCK_T).to(tl.int64)[None, :]  # (1, BLOCK_T)
         tmask = (rows < seq) & (t < 2 * HALF + TAIL)
@@ -70,8 +76,8 @@ def _rotate_rows(
 @triton.jit
 def _rope_fwd(
     Q, CSQ, QO, K, CSK, KO,
-    sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod, scqb, scqh, scqs, scqj, scqc,
-    skb, skh, sks, skd, skob, skoh, skos, skod, sckb, sckh, scks, sckj, sckc,
+    sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod, scqb, scqh, scqs,
+    skb, skh, sks, skd, skob, skoh, skos, skod, sckb, sckh, scks,
     q_heads, q_seq, k_seq,
     HALF: tl.constexpr, TAIL: tl.constexpr, INTERLEAVED: tl.constexpr,
     CONJUGATE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -84,13 +90,13 @@ def _rope_fwd(
     if hid < q_heads:
         _rotate_rows(
             Q, CSQ, QO, sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod,
-            scqb, scqh, scqs, scqj, scqc, b, hid, s0, q_seq,
+            scqb, scqh, scqs, b, hid, s0, q_seq,
             HALF, TAIL, INTERLEAVED, CONJUGATE, BLOCK_S, BLOCK_H, BLOCK_T,
         )  # fmt: skip
     else:
         _rotate_rows(
             K, CSK, KO, skb, skh, sks, skd, skob, skoh, skos, skod,
-            sckb, sckh, scks, sckj, sckc, b, hid - q_heads, s0, k_seq,
+            sckb, sckh, scks, b, hid - q_heads, s0, k_seq,
             HALF, TAIL, INTERLEAVED, CONJUGATE, BLOCK_S, BLOCK_H, BLOCK_T,
         )  # fmt: skip
 
@@ -111,6 +117,8 @@ def launch(pairs, interleaved, conjugate=False):
     args, heads, seqs = [], [], []
     for x, cs, out in pairs:
         x4, o4 = _as4(x), _as4(out)  # (b, h, s, d)
+        if cs.stride(-1) != 1 or cs.stride(-2) != 2:
+            cs = cs.contiguous()  # the kernel reads a row's (r // 2, 2) entries as one block
         c6 = cs.expand(*x4.shape[:-1], *cs.shape[-2:])  # (b, h, s, r // 2, 2): stride 0 views
         args += [x4, c6, o4]
         heads.append(x4.shape[1])
@@ -118,8 +126,11 @@ def launch(pairs, interleaved, conjugate=False):
     if len(pairs) == 1:  # k's slots repeat q's; its programs are never launched
         args += args[:3]
         seqs.append(0)
-    strides = [  # kernel order per tensor: x, out, then the table
-        st for i in (0, 3) for t in (args[i], args[i + 2], args[i + 1]) for st in t.stride()
+    strides = [  # kernel order per tensor: x, out, then the table's leading three
+        st
+        for i in (0, 3)
+        for t in (args[i], args[i + 2], args[i + 1])
+        for st in t.stride()[: 4 if t is not args[i + 1] else 3]
     ]
     x0, cs0, out0 = pairs[0]
     half = cs0.shape[-2]
