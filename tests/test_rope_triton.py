@@ -99,6 +99,13 @@ def test_q_and_k_in_one_launch(grad, monkeypatch):
         assert calls == [2, 2]
 
 
+def test_empty_inputs():
+    q, k = torch.ones(2, 4, 0, HD, device=DEV), torch.ones(2, 2, 0, HD, device=DEV)
+    with torch.no_grad(), kernels.use("triton"):
+        qr, kr = RotaryEmbedding(HD, max_len=8).encode_qk(q, k, range(0), range(0))
+    assert qr.shape == q.shape and kr.shape == k.shape
+
+
 def test_float32_equals_the_expression_path():
     rot = RotaryEmbedding(HD, pairing="interleaved", max_len=64)
     q, k = _qk(torch.float32)

@@ -139,6 +139,8 @@ def launch(pairs, interleaved, conjugate=False):
     block_s = max(1, min(triton.next_power_of_2(max(seqs)), _TILE // (2 * block_h)))
     batch = args[0].shape[0]
     grid = (triton.cdiv(max(seqs), block_s), sum(heads), batch)
+    if 0 in grid:  # nothing to rotate (an empty prompt, zero heads)
+        return tuple(out for _, _, out in pairs)
     _rope_fwd[grid](
         args[0], args[1], args[2], args[3], args[4], args[5],
         *strides, heads[0], seqs[0], seqs[1],
