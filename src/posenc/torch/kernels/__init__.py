@@ -89,7 +89,10 @@ def choose(x, impl=None) -> str:
     call (``"eager"`` outside plain inference, ``"triton"`` off CUDA, for float64, under
     ``torch.func``, or without triton).
     """
-    m = mode(x)
+    return _choose(x, impl, mode(x))
+
+
+def _choose(x, impl, m):
     impl = _forced if impl is None else impl
     if impl is not None:
         why = None
@@ -154,8 +157,13 @@ def rotate(x, cs, pairing, *, out=None, inplace=False, impl=None):
     it), or ``x`` itself when ``inplace`` (plain eager inference only; otherwise a new
     tensor). ``impl`` forces an implementation (see :func:`choose`).
     """
-    impl = choose(x, impl)
-    if needs_expr(x):
+    m = mode(x)
+    return _rotate(x, cs, pairing, out, inplace, _choose(x, impl, m), m)
+
+
+def _rotate(x, cs, pairing, out, inplace, impl, m):
+    """:func:`rotate` with the implementation ``impl`` chosen for mode ``m``."""
+    if m != "plain":
         if out is not None:
             raise ValueError(
                 "out= needs plain eager inference: x requires grad or is being traced "
@@ -165,7 +173,7 @@ def rotate(x, cs, pairing, *, out=None, inplace=False, impl=None):
     if impl == "eager":
         return rotate_eager(x, cs, pairing, _dst(x, out, inplace))
     if impl == "triton":
-        if needs_expr(x):
+        if m != "plain":
             return _triton().rope(x, cs, pairing == "interleaved", False)
         dst = _dst(x, out, inplace)
         return _triton().launch([(x, cs, dst)], pairing == "interleaved")[0]
@@ -179,25 +187,26 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     ``out``: ``(q_out, k_out)`` or None. Returns the rotated ``(q, k)``.
     """
     q_out, k_out = (None, None) if out is None else out
-    impl_q, impl_k = choose(q, impl), choose(k, impl)
+    mq, mk = mode(q), mode(k)
+    impl_q, impl_k = _choose(q, impl, mq), _choose(k, impl, mk)
     fused = (
         impl_q == impl_k == "triton"
+        and mq == mk
         and q.dtype == k.dtype
         and q.device == k.device
         and q.shape[0] == k.shape[0]
         and q.shape[-1] == k.shape[-1]
         and cs_q.shape[-2] == cs_k.shape[-2]
-        and needs_expr(q) == needs_expr(k)
     )
     if not fused:
         return (
-            rotate(q, cs_q, pairing, out=q_out, inplace=inplace, impl=impl),
-            rotate(k, cs_k, pairing, out=k_out, inplace=inplace, impl=impl),
+            _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq),
+            _rotate(k, cs_k, pairing, k_out, inplace, impl_k, mk),
         )
     interleaved = pairing == "interleaved"
-    if needs_expr(q):
+    if mq != "plain":
         if out is not None:
-            rotate(q, cs_q, pairing, out=q_out)  # raises the out= error
+            _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq)  # raises the out= error
         return _triton().rope_qk(q, k, cs_q, cs_k, interleaved, False)
     pairs = [(q, cs_q, _dst(q, q_out, inplace)), (k, cs_k, _dst(k, k_out, inplace))]
     return _triton().launch(pairs, interleaved)
