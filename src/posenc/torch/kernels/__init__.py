@@ -121,8 +121,7 @@ def use(impl):
     --------
     >>> import torch
     >>> from posenc.torch import kernels
-    >>> x, cs = torch.ones(1, 1, 2, 4), kernels.cos_sin(torch.arange(2), torch.ones(2), 1.0,
-    ...                                                   torch.float32)
+    >>> x = torch.ones(1, 1, 2, 4)  # (batch, heads, seq, head_dim) on the CPU
     >>> with kernels.use("expr"):
     ...     kernels.choose(x)
     'expr'
