@@ -159,6 +159,7 @@ BENCHES = {  # name -> script; each writes benchmarks/results/<name>.json
     "decode": "benchmarks/bench_decode.py",
     "alibi": "benchmarks/bench_alibi.py",
     "pope": "benchmarks/bench_pope.py",
+    "gpu": "benchmarks/bench_gpu.py",  # CUDA only: says so and exits 0 elsewhere
 }
 
 
@@ -167,7 +168,9 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against peers, measured in one run each; JSON in benchmarks/results/.
 
     ``nox -s bench`` runs them all; ``nox -s bench -- decode`` (``rope``, ``alibi``,
-    ``pope``) one of them. ``--no-compile`` skips RoPE's torch.compile rows. Peers
+    ``pope``, ``gpu``) one of them. ``--no-compile`` skips RoPE's torch.compile rows.
+    ``gpu`` measures on a CUDA GPU (``benchmarks/results/gpu.json``; liger-kernel's RoPE
+    joins if installed) and writes nothing without one. Peers
     (transformers, torchtune with torchao, rotary-embedding-torch, x-transformers) are
     installed into this session only.
     """

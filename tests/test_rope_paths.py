@@ -12,7 +12,7 @@ import torch
 import posenc
 from posenc.scaling import DynamicNTK, LongRoPE, YaRN
 from posenc.torch import RotaryEmbedding, apply_rope
-from posenc.torch import _rope_kernels as kernels
+from posenc.torch.kernels import rope_eager as kernels
 
 HD = 16
 

@@ -14,8 +14,8 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
-from posenc.torch._rope_kernels import needs_expr
 from posenc.torch.base import PositionalEncoding
+from posenc.torch.kernels import needs_expr
 from posenc.torch.positions import position_tensor
 
 __all__ = ["PoPE"]

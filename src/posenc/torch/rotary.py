@@ -14,9 +14,9 @@ import torch
 import posenc
 from posenc._checks import check_int
 from posenc.rotary import PAIRINGS
-from posenc.torch._rope_kernels import rotate
 from posenc.torch._rope_tables import _key, _table_dtype, _table_now
 from posenc.torch.base import PositionalEncoding
+from posenc.torch.kernels import rotate, rotate_qk
 from posenc.torch.positions import max_position, position_arg, position_tensor
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
@@ -280,10 +280,10 @@ class RotaryEmbedding(PositionalEncoding):
                 [position_tensor(p, q.device).flatten() for p in (q_positions, k_positions)]
             )
         cs = self.table(q_positions, q.dtype, length_from=length_from, device=q.device)
-        q = rotate(q, cs[:, None], self.pairing, inplace=inplace)
+        cs_k = cs
         if not same:
-            cs = self.table(k_positions, k.dtype, length_from=length_from, device=k.device)
-        return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
+            cs_k = self.table(k_positions, k.dtype, length_from=length_from, device=k.device)
+        return rotate_qk(q, k, cs[:, None], cs_k[:, None], self.pairing, inplace=inplace)
 
     def forward(self, q, k, positions=None):
         """Rotate ``q`` and ``k`` that share positions; returns the rotated pair.
@@ -339,17 +339,13 @@ class RotaryEmbedding(PositionalEncoding):
                 f"q and k must have the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
             )
         pos = position_arg(positions, q.shape[0], q.shape[2])
-        q_out, k_out = (None, None) if out is None else out
         if out is not None:
-            outs = {t.untyped_storage().data_ptr() for t in (q_out, k_out)}
+            outs = {t.untyped_storage().data_ptr() for t in out}
             ins = {t.untyped_storage().data_ptr() for t in (q, k)}
             if len(outs) < 2 or outs & ins:
                 raise ValueError("out must be two buffers sharing memory with nothing else")
         cs = self.table(pos, q.dtype, device=q.device)[:, None]  # (b|1, 1, seq, r // 2, 2)
-        return (
-            rotate(q, cs, self.pairing, out=q_out),
-            rotate(k, cs, self.pairing, out=k_out),
-        )
+        return rotate_qk(q, k, cs, cs, self.pairing, out=out)
 
     def extra_repr(self):
         return (

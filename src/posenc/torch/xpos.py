@@ -12,7 +12,7 @@ import torch
 
 import posenc
 from posenc._checks import check_positive
-from posenc.torch._rope_kernels import rotate
+from posenc.torch.kernels import rotate_qk
 from posenc.torch.positions import position_tensor
 from posenc.torch.rotary import RotaryEmbedding
 
@@ -151,10 +151,7 @@ class XPos(RotaryEmbedding):
         self._check(q, k)
         cs_q = self._scaled(q_positions, q.dtype, +1, q.device)  # (b|1, seq_q, r // 2, 2)
         cs_k = self._scaled(k_positions, k.dtype, -1, k.device)  # (b|1, seq_k, r // 2, 2)
-        return (
-            rotate(q, cs_q[:, None], self.pairing, inplace=inplace),
-            rotate(k, cs_k[:, None], self.pairing, inplace=inplace),
-        )
+        return rotate_qk(q, k, cs_q[:, None], cs_k[:, None], self.pairing, inplace=inplace)
 
     @classmethod
     def from_hf(cls, config, **overrides):

@@ -1,0 +1,211 @@
+"""Kernels of the rotation family, and the one place that picks one per call.
+
+Encodings (RoPE, YaRN's scale, xPos) call :func:`rotate` or :func:`rotate_qk`; which
+implementation runs is read from :data:`TABLE` by device, mode and dtype, every call
+(modules move between devices):
+
+* ``"expr"`` -- plain tensor expressions (:func:`~.rope_eager.rotate_expr`): differentiable
+  and traceable; the only choice under ``torch.func`` transforms (vmap, grad, jacfwd);
+* ``"eager"`` -- the CPU kernels of :mod:`.rope_eager`, writing into ``out`` or in place;
+  plain inference only;
+* ``"triton"`` -- one fused Triton kernel for q and k (:mod:`.rope_triton`), with autograd
+  and ``torch.compile`` through custom ops; float32/float16/bfloat16 only (float64 never
+  leaves torch's own kernels). Used on CUDA when triton is importable.
+
+Modes: ``"plain"`` (no autograd recording for ``x``, not traced), ``"autograd"``
+(``x`` requires grad while grad is enabled), ``"compile"`` (``torch.compile`` tracing).
+Devices other than CUDA take the CPU row. :func:`use` forces an implementation (tests,
+benchmarks) and raises ``ValueError`` when it does not fit the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+
+import torch
+
+from posenc.torch.kernels.rope_eager import check_out, cos_sin, rotate_eager, rotate_expr
+
+__all__ = ["TABLE", "choose", "lookup", "cos_sin", "needs_expr", "rotate", "rotate_qk", "use"]
+
+IMPLS = ("expr", "eager", "triton")
+
+#: (device, mode) -> implementation for (float64, float32, float16 and bfloat16)
+TABLE = {
+    ("cpu", "plain"): ("eager", "eager", "eager"),
+    ("cpu", "autograd"): ("expr", "expr", "expr"),
+    ("cpu", "compile"): ("expr", "expr", "expr"),
+    ("cuda", "plain"): ("eager", "triton", "triton"),
+    ("cuda", "autograd"): ("expr", "triton", "triton"),
+    ("cuda", "compile"): ("expr", "triton", "triton"),
+}
+_FALLBACK = {"plain": "eager", "autograd": "expr", "compile": "expr"}  # triton missing
+_forced = None  # set by use()
+
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None  # looked up, not imported
+
+
+def _triton_ok() -> bool:
+    return _HAS_TRITON
+
+
+def _triton_fits(x) -> bool:
+    """CUDA, or CPU tensors under the Triton interpreter (``TRITON_INTERPRET=1``)."""
+    interpreted = x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    return (x.device.type == "cuda" or interpreted) and _triton_ok()
+
+
+def mode(x) -> str:
+    """``"functorch"``, ``"compile"``, ``"autograd"`` or ``"plain"`` for a call on ``x``."""
+    if torch.compiler.is_compiling():  # first: dynamo cannot trace the functorch query
+        return "compile"
+    if torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return "functorch"
+    if torch.is_grad_enabled() and x.requires_grad:
+        return "autograd"
+    return "plain"
+
+
+def needs_expr(x) -> bool:
+    """Is the call on ``x`` recorded or traced (not plain eager inference)?"""
+    return mode(x) != "plain"
+
+
+def lookup(device_type, mode, dtype) -> str:
+    """:data:`TABLE`'s entry: what runs on ``device_type`` in ``mode`` for ``dtype``."""
+    if mode == "functorch":
+        return "expr"  # the custom ops have no batching rules
+    row = TABLE[("cuda" if device_type == "cuda" else "cpu", mode)]
+    return row[0 if dtype == torch.float64 else 1 if dtype == torch.float32 else 2]
+
+
+def choose(x, impl=None) -> str:
+    """The implementation for a rotation of ``x`` now: ``impl`` if it fits, else the table's.
+
+    Raises ``ValueError`` naming ``impl`` when a requested implementation cannot serve the
+    call (``"eager"`` outside plain inference, ``"triton"`` off CUDA, for float64, under
+    ``torch.func``, or without triton).
+    """
+    return _choose(x, impl, mode(x))
+
+
+def _choose(x, impl, m):
+    impl = _forced if impl is None else impl
+    if impl is not None:
+        why = None
+        if impl not in IMPLS:
+            why = f"must be one of {IMPLS}"
+        elif impl == "eager" and m != "plain":
+            why = f"needs plain eager inference, this call is {m!r}"
+        elif impl == "triton" and not _triton_fits(x):
+            why = f"needs triton and a CUDA tensor, got {x.device.type}"
+        elif impl == "triton" and (x.dtype == torch.float64 or m == "functorch" or x.dim() > 4):
+            why = f"takes float32/16-bit, <= 4-D, no torch.func, got {x.dtype}, {x.dim()}-D, {m}"
+        if why:
+            raise ValueError(f"impl={impl!r} {why}")
+        return impl
+    impl = lookup(x.device.type, m, x.dtype)
+    if impl == "triton" and (x.dim() > 4 or not _triton_ok()):
+        impl = _FALLBACK[m]
+    return impl
+
+
+@contextlib.contextmanager
+def use(impl):
+    """Force ``impl`` (``"expr"``, ``"eager"``, ``"triton"`` or None) inside the block.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import kernels
+    >>> x = torch.ones(1, 1, 2, 4)  # (batch, heads, seq, head_dim) on the CPU
+    >>> with kernels.use("expr"):
+    ...     kernels.choose(x)
+    'expr'
+    >>> kernels.choose(x)
+    'eager'
+    """
+    global _forced
+    if impl is not None and impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
+    before, _forced = _forced, impl
+    try:
+        yield
+    finally:
+        _forced = before
+
+
+def _triton():
+    from posenc.torch.kernels import rope_triton  # imports triton: only when chosen
+
+    return rope_triton
+
+
+def _dst(x, out, inplace):
+    return x if inplace else torch.empty_like(x) if out is None else check_out(x, out)
+
+
+def rotate(x, cs, pairing, *, out=None, inplace=False, impl=None):
+    """Rotate the first ``r = 2 * cs.shape[-2]`` dims of ``x`` (..., seq, head_dim) by ``cs``.
+
+    ``cs``: the gathered ``[cos, sin]`` table ``(..., seq, r // 2, 2)``, broadcastable to
+    ``x``. Returns a new tensor, or ``out`` (same shape and dtype as ``x``, not overlapping
+    it), or ``x`` itself when ``inplace`` (plain eager inference only; otherwise a new
+    tensor). ``impl`` forces an implementation (see :func:`choose`).
+    """
+    m = mode(x)
+    return _rotate(x, cs, pairing, out, inplace, _choose(x, impl, m), m)
+
+
+def _rotate(x, cs, pairing, out, inplace, impl, m):
+    """:func:`rotate` with the implementation ``impl`` chosen for mode ``m``."""
+    if m != "plain":
+        if out is not None:
+            raise ValueError(
+                "out= needs plain eager inference: x requires grad or is being traced "
+                "(use torch.no_grad() and no transform, or drop out=)"
+            )
+        inplace = False
+    if impl == "eager":
+        return rotate_eager(x, cs, pairing, _dst(x, out, inplace))
+    if impl == "triton":
+        if m != "plain":
+            return _triton().rope(x, cs, pairing == "interleaved", False)
+        dst = _dst(x, out, inplace)
+        return _triton().launch([(x, cs, dst)], pairing == "interleaved")[0]
+    res = rotate_expr(x, cs, pairing)
+    return res if out is None and not inplace else _dst(x, out, inplace).copy_(res)
+
+
+def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
+    """:func:`rotate` for queries and keys: one kernel launch for both where possible.
+
+    ``out``: ``(q_out, k_out)`` or None. Returns the rotated ``(q, k)``.
+    """
+    q_out, k_out = (None, None) if out is None else out
+    mq, mk = mode(q), mode(k)
+    impl_q, impl_k = _choose(q, impl, mq), _choose(k, impl, mk)
+    fused = (
+        impl_q == impl_k == "triton"
+        and mq == mk
+        and q.dtype == k.dtype
+        and q.device == k.device
+        and q.shape[0] == k.shape[0]
+        and q.shape[-1] == k.shape[-1]
+        and cs_q.shape[-2] == cs_k.shape[-2]
+    )
+    if not fused:
+        return (
+            _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq),
+            _rotate(k, cs_k, pairing, k_out, inplace, impl_k, mk),
+        )
+    interleaved = pairing == "interleaved"
+    if mq != "plain":
+        if out is not None:
+            _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq)  # raises the out= error
+        return _triton().rope_qk(q, k, cs_q, cs_k, interleaved, False)
+    pairs = [(q, cs_q, _dst(q, q_out, inplace)), (k, cs_k, _dst(k, k_out, inplace))]
+    return _triton().launch(pairs, interleaved)
