@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc.torch._flex import flex_attention_compiled, flex_plan
-from posenc.torch.base import NoPE, check_encoding
+from posenc.torch.base import NoPE, check_encoding, check_float, check_heads
 from posenc.torch.cache import KVCache
 from posenc.torch.positions import len_of, position_arg
 
@@ -68,15 +68,16 @@ def attention_mask(
     return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device)
 
 
-def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, reuse=False):
-    """:func:`attention_mask`; ``reuse`` writes score biases into a per-thread workspace."""
+def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None):
+    """:func:`attention_mask`; with a ``step``, score biases may go into a per-thread
+    workspace that the step holds until :func:`release` (nobody else writes it meanwhile)."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
-    reusable = reuse and heads is not None and "scores" in encoding.places
+    reusable = step is not None and heads is not None and "scores" in encoding.places
     if reusable and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
         rows = 1 if isinstance(q_positions, range) else q_positions.shape[0]
-        out = _workspace((rows, heads, seq_q, seq_k), dtype, device)
+        out = _workspace((rows, heads, seq_q, seq_k), dtype, device, step)
     if out is not None and _takes_out(type(encoding)):
         bias = encoding.score_bias(q_positions, k_positions, out=out)  # (b|1, h|1, sq, sk)
     else:  # encodings written without ``out=`` work too
@@ -112,17 +113,30 @@ def _takes_out(cls) -> bool:
 _LOCAL = threading.local()  # one workspace per thread
 
 
-def _workspace(shape, dtype, device):
-    """A buffer of ``shape`` kept between calls (per thread): reused, not reallocated.
+def _workspace(shape, dtype, device, step):
+    """A buffer of ``shape`` kept between steps (per thread), or ``None`` if it is taken.
 
-    Internal to a model step: the mask it holds is consumed before the next step plans.
-    It stays allocated (the size of the last score-bias mask) until the shape changes.
+    ``step`` holds it until :func:`release`: another attention call in between (a forward
+    hook, a second model, a re-entrant call) gets ``None`` and a fresh mask, so it cannot
+    overwrite the mask the step's remaining layers read. It stays allocated (the size of
+    the last score-bias mask) until the shape changes.
     """
+    if getattr(_LOCAL, "holder", None) is not None:
+        return None
     buf = getattr(_LOCAL, "mask", None)
     device = torch.device("cpu") if device is None else torch.device(device)
     if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
         _LOCAL.mask = buf = torch.empty(shape, dtype=dtype, device=device)
+    _LOCAL.holder = step
+    step.holds_workspace = True
     return buf
+
+
+def release(step) -> None:
+    """The step is over: the workspace it held (if any) may be reused."""
+    if step is not None and step.holds_workspace and getattr(_LOCAL, "holder", None) is step:
+        _LOCAL.holder = None
+        step.holds_workspace = False
 
 
 def _allowed(seq_q, seq_k, causal, key_valid, device):
@@ -183,6 +197,7 @@ class Step:
     score_mod: object = None  # flex
     block_mask: object = None  # flex
     full_kv: bool = False  # flex with a cache: attend over the whole cache buffer
+    holds_workspace: bool = False  # its mask is the per-thread workspace (until release)
 
 
 def check_backend(backend):
@@ -205,9 +220,13 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
     """The mask (or score_mod and block mask) of one step, built once for all its layers."""
     step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
     if backend == "sdpa":
-        step.mask, step.is_causal = _mask(
-            encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, reuse=True
-        )
+        try:
+            step.mask, step.is_causal = _mask(
+                encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step
+            )
+        except Exception:
+            release(step)
+            raise
     else:
         step.score_mod, step.block_mask = flex_plan(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
@@ -290,7 +309,10 @@ def attend(
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         shapes = ", ".join(str(tuple(t.shape)) for t in (q, k, v))
         raise ValueError(f"q, k, v must be 4-D, got {shapes}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float(name, t)
     b, h, sq, hd = q.shape
+    check_heads(enc, h)
     sk = k.shape[2]
     if k.shape[0] != b or v.shape[:3] != k.shape[:3] or h % k.shape[1]:
         raise ValueError(
@@ -314,4 +336,7 @@ def attend(
         enc, q_pos, k_pos, causal=causal, key_valid=valid, heads=h, backend=backend,
         dtype=q.dtype, device=q.device,
     )  # fmt: skip
-    return _run(q, k, v, step, enc.softmax_scale(hd))
+    try:
+        return _run(q, k, v, step, enc.softmax_scale(hd))
+    finally:
+        release(step)

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import _run, check_backend, plan_step
-from posenc.torch.base import NoPE, PositionalEncoding, check_encoding
+from posenc.torch.attention import _run, check_backend, plan_step, release
+from posenc.torch.base import NoPE, PositionalEncoding, check_encoding, check_heads
 from posenc.torch.cache import KVCache
 
 __all__ = ["MultiHeadAttention"]
@@ -80,9 +80,11 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = dim // heads
         self.causal = bool(causal)
         self.encoding = NoPE() if encoding is None else check_encoding(encoding, self.causal)
+        check_heads(self.encoding, self.heads)
         self.backend = check_backend(backend)
         self.qkv = nn.Linear(dim, (heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
         self.out = nn.Linear(dim, dim, bias=bias)
+        self.register_load_state_dict_post_hook(tables_after_load)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         """An empty one-layer :class:`~posenc.torch.KVCache` in this module's dtype and device.
@@ -127,6 +129,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
+        if cache is not None:
+            check_cache(self, cache, 1)
+        step = None
         try:
             step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
                              **self._plan_options(x))  # fmt: skip
@@ -135,6 +140,8 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 cache._rollback()  # a failed step leaves the cache as it was
             raise
+        finally:
+            release(step)  # the step's mask workspace is free for the next step
         if cache is not None:
             cache._commit()
         return y
@@ -176,19 +183,40 @@ class MultiHeadAttention(nn.Module):
         )
 
 
-def _new_cache(module, layers, batch, max_len):
-    """A cache sized for ``module`` (an attention layer or a model holding them)."""
+def _cache_shape(module, layers):
+    """What a cache for ``module`` (an attention layer or a model holding them) must be."""
     attn = module if isinstance(module, MultiHeadAttention) else module.blocks[0].attn
     enc, hd = attn.encoding, attn.head_dim
     key_dim = enc.qk_dim(hd) if enc.caches_encoded_keys else hd
     weight = attn.qkv.weight
-    return KVCache(
-        layers=layers, batch=batch, max_len=max_len, kv_heads=attn.kv_heads,
-        key_dim=key_dim, value_dim=hd, dtype=weight.dtype, device=weight.device,
-    )  # fmt: skip
+    return {
+        "layers": layers, "kv_heads": attn.kv_heads, "key_dim": key_dim, "value_dim": hd,
+        "dtype": weight.dtype, "device": weight.device,
+    }  # fmt: skip
+
+
+def _new_cache(module, layers, batch, max_len):
+    """A cache sized for ``module`` (an attention layer or a model holding them)."""
+    return KVCache(batch=batch, max_len=max_len, **_cache_shape(module, layers))
+
+
+def check_cache(module, cache, layers):
+    """Refuse a cache that ``module`` cannot use (ValueError saying what differs)."""
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache (from new_cache), got {type(cache).__name__}")
+    cache._check_for(**_cache_shape(module, layers))
+
+
+def tables_after_load(module, incompatible_keys):
+    """Load post-hook: derived tables still on meta (``load_state_dict(assign=True)`` into a
+    module built on meta) are built next to the loaded weights."""
+    weight = module.qkv.weight if isinstance(module, MultiHeadAttention) else module.embed.weight
+    if not weight.is_meta:
+        module.encoding._materialize(weight.device)
 
 
 def share_encoding(attn: MultiHeadAttention, encoding: PositionalEncoding) -> None:
     """Let ``attn`` use ``encoding`` without owning it: one copy in the model's state_dict."""
     attn._modules.pop("encoding", None)
     attn.__dict__["encoding"] = check_encoding(encoding, attn.causal)
+    check_heads(encoding, attn.heads)

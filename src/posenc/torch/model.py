@@ -6,10 +6,16 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import check_backend, plan_step
+from posenc.torch.attention import check_backend, plan_step, release
 from posenc.torch.base import PositionalEncoding, check_encoding
 from posenc.torch.cache import KVCache
-from posenc.torch.mha import MultiHeadAttention, _new_cache, share_encoding
+from posenc.torch.mha import (
+    MultiHeadAttention,
+    _new_cache,
+    check_cache,
+    share_encoding,
+    tables_after_load,
+)
 
 __all__ = ["TransformerLM"]
 
@@ -97,6 +103,7 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(_Block(dim, heads, encoding, **kw) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.register_load_state_dict_post_hook(tables_after_load)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         """An empty :class:`~posenc.torch.KVCache` for every layer, in the model's dtype and device.
@@ -142,8 +149,11 @@ class TransformerLM(nn.Module):
         total = n + (0 if cache is None else cache.length)
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
+        if cache is not None:
+            check_cache(self, cache, self.depth)
         x = self.embed(idx)  # (b, n, dim)
         options = self.blocks[0].attn._plan_options(x)  # causal, heads, backend, dtype, device
+        step = None
         try:
             step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
             x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
@@ -153,6 +163,8 @@ class TransformerLM(nn.Module):
             if cache is not None:
                 cache._rollback()  # a failed step leaves the cache as it was
             raise
+        finally:
+            release(step)  # the step's mask workspace is free for the next step
         if cache is not None:
             cache._commit()
         return self.head(self.norm(x))  # (b, n, vocab)
