@@ -17,6 +17,7 @@ from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.pope import PoPE
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
+from posenc.torch.static_cache import StaticKVCache
 from posenc.torch.xpos import XPos
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "PositionalEncoding",
     "RotaryEmbedding",
     "SinusoidalEncoding",
+    "StaticKVCache",
     "TransformerLM",
     "XPos",
     "apply_rope",

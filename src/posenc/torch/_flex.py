@@ -62,7 +62,9 @@ def flex_plan(
     score_mod = encoding.score_mod(q_positions, k_positions)
     if not causal and key_valid is None:
         return score_mod, None
-    offset = torch.tensor(seq_k - seq_q if q_start is None else q_start, device=device)
+    offset = seq_k - seq_q if q_start is None else q_start
+    if not isinstance(offset, torch.Tensor):  # a tensor: no recompile when it changes
+        offset = torch.tensor(offset, device=device)
 
     def visible(b, h, q_idx, kv_idx):
         slot = q_idx + offset

@@ -68,9 +68,12 @@ def attention_mask(
     return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device)
 
 
-def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None):
+def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None,
+          q_start=None):  # fmt: skip
     """:func:`attention_mask`; with a ``step``, score biases may go into a per-thread
-    workspace that the step holds until :func:`release` (nobody else writes it meanwhile)."""
+    workspace that the step holds until :func:`release` (nobody else writes it meanwhile).
+    ``q_start`` (an int or a 0-d tensor): the key slot of the first query, when the keys
+    are a whole static cache buffer rather than ending at the last query."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
@@ -87,12 +90,12 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
             f"{type(encoding).__name__}.score_bias gives {bias.shape[1]} heads, "
             f"attention has {heads}"
         )
-    if bias is None and key_valid is None:
+    if bias is None and key_valid is None and q_start is None:
         if not causal or seq_q == 1:
             return None, False
         if seq_q == seq_k:
             return None, True  # SDPA's is_causal aligns to the start: right when sq == sk
-    allowed = _allowed(seq_q, seq_k, causal, key_valid, device)  # None or (b|1, 1, sq, sk)
+    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start)  # (b|1, 1, sq, sk)
     if allowed is None:
         return bias.to(dtype), False
     hidden = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
@@ -139,11 +142,12 @@ def release(step) -> None:
         step.holds_workspace = False
 
 
-def _allowed(seq_q, seq_k, causal, key_valid, device):
+def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None):
     """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all)."""
     if not causal and key_valid is None:
         return None
-    i = torch.arange(seq_q, device=device)[:, None] + (seq_k - seq_q)  # query slots (sq, 1)
+    first = seq_k - seq_q if q_start is None else q_start  # slot of the first query
+    i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
     j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
     allowed = (j <= i) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
     allowed = allowed[None, None]  # (1, 1, sq, sk)
@@ -222,8 +226,9 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
     if backend == "sdpa":
         try:
             step.mask, step.is_causal = _mask(
-                encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step
-            )
+                encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device,
+                step, q_start=start if full_kv else None,
+            )  # fmt: skip
         except Exception:
             release(step)
             raise
@@ -245,7 +250,11 @@ def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
         start, key_valid = 0, padding_mask
     else:
         start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
-        if kw["backend"] == "flex":  # static shapes: every slot, unfilled ones hidden
+        if getattr(cache, "static", False):  # keys: the whole buffer, unfilled slots hidden
+            full_kv = True
+            if key_valid is None and not kw["causal"]:  # causal masking alone does not do
+                key_valid = cache.valid & (cache.slots < start + n)  # (batch, max_len)
+        elif kw["backend"] == "flex":  # static shapes: every slot, unfilled ones hidden
             full_kv, k_pos, key_valid = True, cache.positions, cache.valid
     return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start,
                 full_kv=full_kv, **kw)  # fmt: skip

@@ -13,6 +13,7 @@ from posenc._checks import check_int
 from posenc.torch.attention import _run, check_backend, plan_step, release
 from posenc.torch.base import NoPE, PositionalEncoding, check_encoding, check_heads
 from posenc.torch.cache import KVCache
+from posenc.torch.static_cache import StaticKVCache
 
 __all__ = ["MultiHeadAttention"]
 
@@ -86,7 +87,7 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(dim, dim, bias=bias)
         self.register_load_state_dict_post_hook(tables_after_load)
 
-    def new_cache(self, batch: int, max_len: int) -> KVCache:
+    def new_cache(self, batch: int, max_len: int, *, static: bool = False) -> KVCache:
         """An empty one-layer :class:`~posenc.torch.KVCache` in this module's dtype and device.
 
         Parameters
@@ -95,13 +96,16 @@ class MultiHeadAttention(nn.Module):
             Batch size of the calls that will use it.
         max_len : int
             Capacity in tokens.
+        static : bool
+            A :class:`~posenc.torch.StaticKVCache` (shapes fixed between steps, for
+            ``torch.compile`` and CUDA graphs) instead of a growing one.
 
         Returns
         -------
         posenc.torch.KVCache
             Pass it as ``cache=`` to ``forward``.
         """
-        return _new_cache(self, 1, batch, max_len)
+        return _new_cache(self, 1, batch, max_len, static)
 
     def forward(self, x, positions=None, padding_mask=None, *, cache=None):
         """Attend over ``x`` (and over the cached tokens, if a cache is given).
@@ -195,9 +199,10 @@ def _cache_shape(module, layers):
     }  # fmt: skip
 
 
-def _new_cache(module, layers, batch, max_len):
+def _new_cache(module, layers, batch, max_len, static=False):
     """A cache sized for ``module`` (an attention layer or a model holding them)."""
-    return KVCache(batch=batch, max_len=max_len, **_cache_shape(module, layers))
+    cls = StaticKVCache if static else KVCache
+    return cls(batch=batch, max_len=max_len, **_cache_shape(module, layers))
 
 
 def check_cache(module, cache, layers):

@@ -105,7 +105,7 @@ class TransformerLM(nn.Module):
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.register_load_state_dict_post_hook(tables_after_load)
 
-    def new_cache(self, batch: int, max_len: int) -> KVCache:
+    def new_cache(self, batch: int, max_len: int, *, static: bool = False) -> KVCache:
         """An empty :class:`~posenc.torch.KVCache` for every layer, in the model's dtype and device.
 
         Parameters
@@ -113,14 +113,23 @@ class TransformerLM(nn.Module):
         batch : int
             Batch size of the calls that will use it.
         max_len : int
-            Capacity in tokens (prompt plus generated).
+            Capacity in tokens (prompt plus generated); at most the model's ``max_len``
+            when ``static``.
+        static : bool
+            A :class:`~posenc.torch.StaticKVCache`: shapes fixed between steps, so
+            ``torch.compile(lm, fullgraph=True)`` compiles prefill and decode once each.
 
         Returns
         -------
         posenc.torch.KVCache
             Pass it as ``cache=`` to ``forward``.
         """
-        return _new_cache(self, self.depth, batch, max_len)
+        if static and self.max_len is not None and max_len > self.max_len:
+            raise ValueError(
+                f"max_len of a static cache must be <= the model's max_len={self.max_len}, "
+                f"got {max_len}"
+            )
+        return _new_cache(self, self.depth, batch, max_len, static)
 
     def forward(self, idx, positions=None, padding_mask=None, *, cache=None):
         """Logits for every new token.
@@ -146,7 +155,8 @@ class TransformerLM(nn.Module):
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (batch, seq), got {tuple(idx.shape)}")
         b, n = idx.shape
-        total = n + (0 if cache is None else cache.length)
+        static = getattr(cache, "static", False)  # its length is a tensor, its size bounded
+        total = n + (0 if cache is None or static else cache.length)
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
         if cache is not None:
