@@ -5,7 +5,7 @@ Attention calls the query/key hook and the score hook of its
 encodings that act on the input are applied by the model before the first block.
 Two backends: ``"sdpa"`` (:func:`torch.nn.functional.scaled_dot_product_attention` with
 one float mask) and ``"flex"`` (FlexAttention with the encoding's ``score_mod`` and a
-block mask, compiled once). Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``;
+block mask, compiled once); ``"auto"`` picks FlexAttention for score biases on CUDA. Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``;
 ``k, v`` are ``(batch, kv_heads, seq_k, head_dim)``, ``kv_heads`` dividing ``heads``.
 """
 
@@ -26,7 +26,7 @@ from posenc.torch.positions import len_of, position_arg
 
 __all__ = ["attend", "attention_mask"]
 
-BACKENDS = ("sdpa", "flex")
+BACKENDS = ("auto", "sdpa", "flex")
 
 
 def attention_mask(
@@ -173,7 +173,7 @@ def _run(q, k, v, step, scale):
             "backend='flex' has no backward on the CPU (torch 2.13): use backend='sdpa' "
             "to train, or run under torch.no_grad()"
         )
-    flex = flex_attention_compiled()
+    flex = flex_attention_compiled(q.device.type)
     dtype = q.dtype
     if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
         q, k, v = q.float(), k.float(), v.float()  # the CPU kernel is ~1.5x faster in float32
@@ -210,6 +210,16 @@ def check_backend(backend):
     return backend
 
 
+def resolve_backend(backend, encoding, device) -> str:
+    """``"auto"``: FlexAttention for score biases on CUDA (the bias computed in the kernel,
+    no ``(batch, heads, seq, seq)`` mask), else SDPA (its fused kernels when there is no
+    bias; on the CPU the dense mask is faster than compiled FlexAttention and trains)."""
+    if backend != "auto":
+        return backend
+    on_cuda = device is not None and torch.device(device).type == "cuda"
+    return "flex" if on_cuda and "scores" in encoding.places else "sdpa"
+
+
 def check_padding_mask(padding_mask, batch, seq):
     if padding_mask.shape != (batch, seq) or padding_mask.dtype != torch.bool:
         raise ValueError(
@@ -222,6 +232,7 @@ def check_padding_mask(padding_mask, batch, seq):
 def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backend, dtype, device,
          cache=None, start=0, full_kv=False) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers."""
+    backend = resolve_backend(backend, encoding, device)
     step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
     if backend == "sdpa":
         try:
@@ -254,7 +265,8 @@ def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
             full_kv = True
             if key_valid is None and not kw["causal"]:  # causal masking alone does not do
                 key_valid = cache.valid & (cache.slots < start + n)  # (batch, max_len)
-        elif kw["backend"] == "flex":  # static shapes: every slot, unfilled ones hidden
+        elif resolve_backend(kw["backend"], encoding, kw["device"]) == "flex":
+            # static shapes: every slot, unfilled ones hidden
             full_kv, k_pos, key_valid = True, cache.positions, cache.valid
     return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start,
                 full_kv=full_kv, **kw)  # fmt: skip
@@ -270,7 +282,7 @@ def attend(
     k_positions=None,
     causal=True,
     padding_mask=None,
-    backend="sdpa",
+    backend="auto",
 ):
     """Attention with a positional encoding: the functional core of :class:`MultiHeadAttention`.
 
@@ -296,9 +308,10 @@ def attend(
         Causal attention.
     padding_mask : torch.Tensor, optional
         Bool ``(batch, seq_k)``, ``True`` for real keys.
-    backend : {"sdpa", "flex"}
+    backend : {"auto", "sdpa", "flex"}
         ``"sdpa"``: one float mask; ``"flex"``: FlexAttention with the encoding's
-        ``score_mod`` (compiled on first use; inference only on the CPU).
+        ``score_mod`` (compiled on first use; inference only on the CPU); ``"auto"``
+        (default): ``"flex"`` for score biases on CUDA, else ``"sdpa"``.
 
     Returns
     -------

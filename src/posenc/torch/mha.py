@@ -41,8 +41,9 @@ class MultiHeadAttention(nn.Module):
         Supplies ``encode_qk``, ``score_bias`` and ``softmax_scale``; default :class:`NoPE`.
     causal : bool
         If true, each query attends to keys at or before its own slot.
-    backend : {"sdpa", "flex"}
-        The attention kernel (``"flex"``: inference only on the CPU).
+    backend : {"auto", "sdpa", "flex"}
+        The attention kernel (``"flex"``: inference only on the CPU; ``"auto"``:
+        ``"flex"`` for score biases on CUDA, else ``"sdpa"``).
 
     Examples
     --------
@@ -68,7 +69,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = False,
         encoding: PositionalEncoding | None = None,
         causal: bool = True,
-        backend: str = "sdpa",
+        backend: str = "auto",
     ):
         super().__init__()
         self.dim = check_int("dim", dim, minimum=1)

@@ -62,8 +62,9 @@ class TransformerLM(nn.Module):
         If given, longer sequences (cache included) raise :class:`ValueError`.
     causal : bool
         Causal self-attention (default) or bidirectional.
-    backend : {"sdpa", "flex"}
-        Attention kernel of every layer (see :func:`~posenc.torch.attend`).
+    backend : {"auto", "sdpa", "flex"}
+        Attention kernel of every layer (see :func:`~posenc.torch.attend`); ``"auto"``:
+        FlexAttention for score biases on CUDA, else SDPA.
 
     Examples
     --------
@@ -90,7 +91,7 @@ class TransformerLM(nn.Module):
         bias: bool = False,
         max_len: int | None = None,
         causal: bool = True,
-        backend: str = "sdpa",
+        backend: str = "auto",
     ):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=1)
