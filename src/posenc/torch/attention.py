@@ -5,8 +5,9 @@ Attention calls the query/key hook and the score hook of its
 encodings that act on the input are applied by the model before the first block.
 Two backends: ``"sdpa"`` (:func:`torch.nn.functional.scaled_dot_product_attention` with
 one float mask) and ``"flex"`` (FlexAttention with the encoding's ``score_mod`` and a
-block mask, compiled once); ``"auto"`` picks FlexAttention for score biases on CUDA. Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``;
-``k, v`` are ``(batch, kv_heads, seq_k, head_dim)``, ``kv_heads`` dividing ``heads``.
+block mask, compiled once); ``"auto"`` picks FlexAttention for score biases on CUDA.
+Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``; ``k, v`` are
+``(batch, kv_heads, seq_k, head_dim)``, ``kv_heads`` dividing ``heads``.
 """
 
 from __future__ import annotations
