@@ -25,7 +25,8 @@ def _encodings():
         "alibi": ALiBi(HEADS),
         "t5": T5RelativeBias(HEADS, num_buckets=8, max_distance=6),
         "kerple": KERPLE(HEADS),
-        "fire": FIRE(HEADS, hidden=8, threshold=3.0),
+        "fire": FIRE(HEADS, hidden=8, threshold=3.0),  # queries past L: a table per query
+        "fire-below-threshold": FIRE(HEADS, hidden=8),  # L = 512: one table per distance
     }
 
 
@@ -82,6 +83,28 @@ def test_unfilled_buffer_slots_are_hidden():
         filled = _run(q, k[:, :, :6], v[:, :, :6], step, HD**-0.5)
     torch.testing.assert_close(dense, filled, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(flex, filled, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keys", [range(10), range(3, 7)])
+@pytest.mark.parametrize("threshold", [3.0, 8.0, 512.0])
+def test_fire_table_per_distance_equals_bias(threshold, keys):
+    # queries 2..9: past L (3), straddling it (8: query 9 is past), below it; keys that
+    # end before the queries do (distances up to 9 - 3)
+    torch.manual_seed(0)
+    fire = FIRE(HEADS, hidden=8, threshold=threshold)
+    with torch.no_grad():
+        for p in fire.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    qp = range(2, 10)
+    mod = fire.score_mod(qp, keys)
+    cells = dict(zip(mod.__code__.co_freevars, mod.__closure__, strict=True))
+    rows = 1 if threshold >= 9 else 8  # one row per distance, or per query and distance
+    assert cells["table"].cell_contents.shape == (rows, 10, HEADS)
+    q_idx, kv_idx = torch.meshgrid(torch.arange(8), torch.arange(len(keys)), indexing="ij")
+    with torch.no_grad():
+        bias = fire.score_bias(qp, keys)[0]  # (heads, sq, sk)
+        got = torch.stack([mod(torch.zeros(()), 0, h, q_idx, kv_idx) for h in range(HEADS)])
+    torch.testing.assert_close(got, bias, rtol=1e-6, atol=1e-6)
 
 
 def test_bidirectional_without_padding_has_no_block_mask():

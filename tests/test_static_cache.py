@@ -92,8 +92,9 @@ def test_static_cache_state_errors_and_rollback():
     assert isinstance(single, StaticKVCache) and len(single.keys) == 1
 
 
-def compiled_decode(name, steps, prefill=3, batch=2, padded=False, backend="auto"):
-    """Eager and compiled static-cache decodes of ``steps`` tokens; graphs after warm-up."""
+def compiled_decode(name, steps, prefill=3, batch=2, padded=False, backend="auto", again=False):
+    """Eager and compiled static-cache decodes of ``steps`` tokens; graphs after warm-up.
+    ``again``: then decode once more after ``cache.reset()`` (the same graphs must serve)."""
     lm = make_lm(name, depth=1, backend=backend)
     if backend == "flex":
         lm = lm.float()  # FlexAttention on the CPU: float32
@@ -116,6 +117,11 @@ def compiled_decode(name, steps, prefill=3, batch=2, padded=False, backend="auto
         warm = counters["stats"]["unique_graphs"]
         for t in range(prefill + 1, n):
             out.append(fn(idx[:, t : t + 1], cache=cache))
+        if again:
+            cache.reset()
+            again = [fn(idx[:, :prefill], first, mask, cache=cache)]
+            again += [fn(idx[:, t : t + 1], cache=cache) for t in range(prefill, n)]
+            torch.testing.assert_close(torch.cat(again, 1), torch.cat(out, 1), rtol=0, atol=0)
         eager = decode_static(lm, lm, idx, prefill, pos, pm, max_len=n)
     return torch.cat(out, 1), eager, warm, counters["stats"]["unique_graphs"]
 
@@ -131,7 +137,7 @@ def test_compiled_static_decode_never_recompiles(name):
 
 @pytest.mark.compile
 def test_compiled_static_decode_100_steps_one_graph():
-    compiled, eager, warm, graphs = compiled_decode("alibi", steps=101, batch=1)
+    compiled, eager, warm, graphs = compiled_decode("alibi", steps=101, batch=1, again=True)
     assert (warm, graphs) == (2, 2)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-10)
 
