@@ -44,12 +44,12 @@ class StaticKVCache(KVCache):
     >>> _ = torch.manual_seed(0)
     >>> lm = TransformerLM(10, 16, 2, 4, encoding=ALiBi(4)).eval()
     >>> cache = lm.new_cache(1, max_len=8, static=True)
-    >>> step = torch.compile(lm, fullgraph=True)  # prefill and decode compile once each
+    >>> step = lm  # or torch.compile(lm, fullgraph=True): prefill and decode compile once each
     >>> with torch.no_grad():
     ...     logits = step(torch.tensor([[1, 2, 3]]), cache=cache)
     ...     logits = step(logits[:, -1:].argmax(-1), cache=cache)
-    >>> len(cache), cache.keys[0].shape  # the buffers keep their shape
-    (4, torch.Size([1, 4, 8, 4]))
+    >>> len(cache), cache.filled, cache.keys[0].shape  # the buffers keep their shape
+    (4, tensor(4), torch.Size([1, 4, 8, 4]))
     """
 
     static = True
