@@ -11,7 +11,14 @@ import torch
 from test_kv_cache import LEFT_PAD, LEFT_POS, V, make_lm
 from torch._dynamo.utils import counters
 
-from posenc.torch import ALiBi, KVCache, StaticKVCache, TransformerLM
+from posenc.torch import (
+    ALiBi,
+    KVCache,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    StaticKVCache,
+    TransformerLM,
+)
 
 ALL = ["nope", "sinusoidal", "learned", "rope_half", "rope_interleaved", "rope_longrope",
        "xpos", "pope", "score_bias", "alibi", "t5", "kerple", "fire"]  # fmt: skip
@@ -90,6 +97,20 @@ def test_static_cache_state_errors_and_rollback():
     assert short.new_cache(1, 9).max_len == 9  # a growing cache is checked per call
     single = short.blocks[0].attn.new_cache(1, 4, static=True)
     assert isinstance(single, StaticKVCache) and len(single.keys) == 1
+
+
+def test_attention_layer_with_static_cache_equals_full_call():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, kv_heads=2, encoding=RotaryEmbedding(4, max_len=16))
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    attn = attn.double()
+    cache = attn.new_cache(2, 10, static=True)
+    with torch.no_grad():
+        full = attn(x)
+        steps = [attn(x[:, :4], cache=cache)] + [attn(x[:, t : t + 1], cache=cache)
+                                                 for t in (4, 5)]  # fmt: skip
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-12)
+    assert len(cache) == 6 and bool(cache.valid[:, :6].all()) and not cache.valid[:, 6:].any()
 
 
 def compiled_decode(name, steps, prefill=3, batch=2, padded=False, backend="auto", again=False):
