@@ -178,13 +178,14 @@ def _run(q, k, v, step, scale):
     dtype = q.dtype
     if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
         q, k, v = q.float(), k.float(), v.float()  # the CPU kernel is ~1.5x faster in float32
+    kw = {"score_mod": step.score_mod, "block_mask": step.block_mask, "scale": scale,
+          "enable_gqa": gqa}  # fmt: skip
+    if torch.compiler.is_compiling():  # inside the user's torch.compile: part of its graph
+        return flex(q, k, v, **kw).to(dtype)  # (b, heads, seq_q, v_dim)
     # Each new shape or score_mod compiles once; past dynamo's default limit of 8 it would
     # fall back to the eager kernel (slow, materialised scores), so allow more, here only.
     with torch._dynamo.config.patch(recompile_limit=64):
-        out = flex(
-            q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=scale,
-            enable_gqa=gqa,
-        )  # (b, heads, seq_q, v_dim)  # fmt: skip
+        out = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim)
     return out.to(dtype)
 
 
