@@ -168,3 +168,21 @@ def test_model_flex_decode_equals_sdpa_with_eager_flex(name, static, monkeypatch
         full = lm(idx, LEFT_POS, LEFT_PAD)
     torch.testing.assert_close(torch.cat(out, 1), full, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(full_flex, full, rtol=1e-4, atol=1e-4)
+
+
+def test_one_block_mask_per_model_step_shared_by_layers(monkeypatch):
+    import torch.nn.attention.flex_attention as fa
+
+    built = []
+    real = fa.create_block_mask
+    monkeypatch.setattr(fa, "create_block_mask", lambda *a, **k: built.append(1) or real(*a, **k))
+    monkeypatch.setitem(_flex._FLEX, "cpu", flex_attention)
+    _flex._MASKS.clear()
+    lm = make_lm("alibi", depth=3, backend="flex").float()
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        lm(idx, LEFT_POS, LEFT_PAD)  # padding: a mask of its own, once for the 3 layers
+        assert len(built) == 1
+        lm(idx)  # causal only: built once for this shape ...
+        lm(idx)  # ... and reused by the next call
+        assert len(built) == 2
