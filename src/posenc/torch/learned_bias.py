@@ -168,6 +168,16 @@ class FIRE(_ScoreBias):
         query is past :math:`L` (one check per step), the MLP runs once per distinct
         distance, a ``(distances, heads)`` table; otherwise once per query and distance.
         Tensor positions and traced calls materialise :meth:`score_bias` (the default).
+
+        Parameters
+        ----------
+        q_positions, k_positions : torch.Tensor or range
+            As for :meth:`score_bias`.
+
+        Returns
+        -------
+        callable
+            ``f(score, b, h, q_idx, kv_idx) -> score`` for FlexAttention.
         """
         ranges = isinstance(q_positions, range) and isinstance(k_positions, range)
         if not ranges or not len(q_positions) or torch.compiler.is_compiling():
