@@ -184,16 +184,17 @@ class FIRE(_ScoreBias):
             return super().score_mod(q_positions, k_positions)
         device, work = self.log_c.device, self.work_dtype
         top = max(q_positions.stop, k_positions.stop)  # every |i - j| is below it
-        psi = torch.arange(top, device=device, dtype=work)  # distances d: (D,)
+        dist = torch.arange(top, device=device, dtype=work)  # every distance d: (D,)
         query = torch.arange(q_positions.start, q_positions.stop, device=device, dtype=work)
-        shared = q_positions.stop - 1 <= float(self.log_threshold.to(work).exp())  # i <= L for all
+        threshold = float(self.log_threshold.detach().to(work).exp())  # one read per step
+        shared = q_positions.stop - 1 <= threshold  # i <= L for every query
         c, norm = self._psi_norm(query[-1:, None] if shared else query[:, None], work)
-        table = self._mlp(torch.log1p(c * psi) / norm).float()  # (1|sq, D, heads)
+        table = self._mlp(torch.log1p(c * dist) / norm).float()  # (1|sq, D, heads)
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
 
         def fire(score, b, h, q_idx, kv_idx):
-            dist = (qpos(b, q_idx) - kpos(b, kv_idx)).abs()
-            return score + table[0 if shared else q_idx, dist, h]
+            d = (qpos(b, q_idx) - kpos(b, kv_idx)).abs()
+            return score + table[0 if shared else q_idx, d, h]
 
         return fire
 
