@@ -229,5 +229,5 @@ def test_bad_input_names_the_parameter():
         posenc.alibi_bias([0.5], np.zeros((2, 3), int), np.zeros((3, 3), int))
     with pytest.raises(ValueError, match="variant must be one of \\('log', 'power'\\)"):
         KERPLE(2, variant="exp")
-    with pytest.raises(ValueError, match="ALiBi.score_bias gives 8 heads, attention has 4"):
+    with pytest.raises(ValueError, match="ALiBi was built for heads=8, attention has heads=4"):
         attend(torch.ones(1, 4, 3, 8), torch.ones(1, 4, 3, 8), torch.ones(1, 4, 3, 8), ALiBi(8))

@@ -19,6 +19,7 @@ from posenc.torch.pope import PoPE
 from posenc.torch.positions import as_positions, position_tensor
 from posenc.torch.rotary import RotaryEmbedding, apply_rope
 from posenc.torch.rotary_nd import AxialRotaryEmbedding, MRoPE
+from posenc.torch.static_cache import StaticKVCache
 from posenc.torch.xpos import XPos
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalEncoding",
     "SinusoidalEncoding2D",
+    "StaticKVCache",
     "TransformerLM",
     "XPos",
     "apply_rope",

@@ -10,18 +10,45 @@ __all__ = ["flex_plan", "flex_attention_compiled"]
 
 
 _FLEX = {}
+_MASKS = {}  # (seq_q, seq_k, offset, device): causal BlockMask, built once per shape
+_MASKS_KEPT = 16
 
 
-def flex_attention_compiled():
-    """``flex_attention`` compiled once per process (it materialises scores when eager)."""
+def flex_attention_compiled(device_type="cpu"):
+    """``flex_attention`` compiled once per process and device type (it materialises
+    scores when eager)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if torch.compiler.is_compiling():  # already inside the user's torch.compile
         return flex_attention
-    if "fn" not in _FLEX:
-        # Static shapes: inductor's CPU flex lowering fails on symbolic ones (torch 2.13).
-        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
-    return _FLEX["fn"]
+    if device_type not in _FLEX:
+        # CPU: static shapes, inductor's CPU flex lowering fails on symbolic ones (torch
+        # 2.13). CUDA: automatic dynamic shapes, so growing lengths compile once more, not
+        # once per length.
+        dynamic = False if device_type == "cpu" else None
+        _FLEX[device_type] = torch.compile(flex_attention, dynamic=dynamic)
+    return _FLEX[device_type]
+
+
+def _causal_block_mask(seq_q, seq_k, offset, device):
+    """The causal ``BlockMask`` (queries at slots ``offset ..``), cached by shape: building
+    one costs more than a small attention call (32 ms at 256 x 256 on a 2-core CPU)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    device = torch.device("cpu") if device is None else torch.device(device)
+    key = (seq_q, seq_k, offset, str(device))
+    mask = _MASKS.get(key)
+    if mask is None:
+        shift = torch.tensor(offset, device=device)
+
+        def causal(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx + shift
+
+        mask = create_block_mask(causal, None, None, seq_q, seq_k, device=device)
+        if len(_MASKS) >= _MASKS_KEPT:
+            _MASKS.pop(next(iter(_MASKS)))  # the oldest
+        _MASKS[key] = mask
+    return mask
 
 
 def flex_plan(
@@ -62,7 +89,14 @@ def flex_plan(
     score_mod = encoding.score_mod(q_positions, k_positions)
     if not causal and key_valid is None:
         return score_mod, None
-    offset = torch.tensor(seq_k - seq_q if q_start is None else q_start, device=device)
+    plain = key_valid is None and not isinstance(q_start, torch.Tensor)
+    if plain and not torch.compiler.is_compiling():  # depends on the shape alone: reuse it
+        return score_mod, _causal_block_mask(
+            seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device
+        )
+    offset = seq_k - seq_q if q_start is None else q_start
+    if not isinstance(offset, torch.Tensor):  # a tensor: no recompile when it changes
+        offset = torch.tensor(offset, device=device)
 
     def visible(b, h, q_idx, kv_idx):
         slot = q_idx + offset

@@ -8,7 +8,7 @@ from torch import nn
 import posenc
 from posenc._checks import check_dim, check_int, check_positive
 from posenc.torch.base import PositionalEncoding
-from posenc.torch.positions import max_position, position_arg
+from posenc.torch.positions import checked_positions, max_position, position_arg, traced
 
 __all__ = ["SinusoidalEncoding", "LearnedEncoding"]
 
@@ -28,13 +28,16 @@ class _TableEncoding(PositionalEncoding):
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
         positions = position_arg(positions, x.shape[0], x.shape[1])
+        self._materialize(x.device)  # meta tables after load_state_dict(assign=True)
         table = self._table()  # (max_len, dim)
         if isinstance(positions, range):  # contiguous: a slice, no gather
             if positions.stop > self.max_len:
                 self._too_far(positions.stop - 1)
             pe = table[positions.start : positions.stop][None]  # (1, seq, dim)
         else:
-            if not torch.compiler.is_compiling() and max_position(positions) >= self.max_len:
+            if traced(positions):  # compiled or vmapped: checked inside an op, no wrap-around
+                positions = checked_positions(positions, self.max_len)
+            elif max_position(positions) >= self.max_len:
                 self._too_far(max_position(positions))
             pe = table[positions.to(table.device)]  # (batch or 1, seq, dim)
         return x + pe.to(x.dtype)  # (batch, seq, dim), rounded once to x's dtype

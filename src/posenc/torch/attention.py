@@ -5,8 +5,9 @@ Attention calls the query/key hook and the score hook of its
 encodings that act on the input are applied by the model before the first block.
 Two backends: ``"sdpa"`` (:func:`torch.nn.functional.scaled_dot_product_attention` with
 one float mask) and ``"flex"`` (FlexAttention with the encoding's ``score_mod`` and a
-block mask, compiled once). Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``;
-``k, v`` are ``(batch, kv_heads, seq_k, head_dim)``, ``kv_heads`` dividing ``heads``.
+block mask, compiled once); ``"auto"`` picks FlexAttention for score biases on CUDA.
+Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``; ``k, v`` are
+``(batch, kv_heads, seq_k, head_dim)``, ``kv_heads`` dividing ``heads``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from posenc.torch._flex import flex_attention_compiled, flex_plan
-from posenc.torch.base import NoPE, check_encoding
+from posenc.torch.base import NoPE, check_encoding, check_float, check_heads
 from posenc.torch.cache import KVCache
 from posenc.torch.positions import len_of, position_arg
 
 __all__ = ["attend", "attention_mask"]
 
-BACKENDS = ("sdpa", "flex")
+BACKENDS = ("auto", "sdpa", "flex")
 
 
 def attention_mask(
@@ -68,15 +69,19 @@ def attention_mask(
     return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device)
 
 
-def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, reuse=False):
-    """:func:`attention_mask`; ``reuse`` writes score biases into a per-thread workspace."""
+def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None,
+          q_start=None):  # fmt: skip
+    """:func:`attention_mask`; with a ``step``, score biases may go into a per-thread
+    workspace that the step holds until :func:`release` (nobody else writes it meanwhile).
+    ``q_start`` (an int or a 0-d tensor): the key slot of the first query, when the keys
+    are a whole static cache buffer rather than ending at the last query."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
-    reusable = reuse and heads is not None and "scores" in encoding.places
+    reusable = step is not None and heads is not None and "scores" in encoding.places
     if reusable and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
         rows = 1 if isinstance(q_positions, range) else q_positions.shape[0]
-        out = _workspace((rows, heads, seq_q, seq_k), dtype, device)
+        out = _workspace((rows, heads, seq_q, seq_k), dtype, device, step)
     if out is not None and _takes_out(type(encoding)):
         bias = encoding.score_bias(q_positions, k_positions, out=out)  # (b|1, h|1, sq, sk)
     else:  # encodings written without ``out=`` work too
@@ -86,12 +91,12 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
             f"{type(encoding).__name__}.score_bias gives {bias.shape[1]} heads, "
             f"attention has {heads}"
         )
-    if bias is None and key_valid is None:
+    if bias is None and key_valid is None and q_start is None:
         if not causal or seq_q == 1:
             return None, False
         if seq_q == seq_k:
             return None, True  # SDPA's is_causal aligns to the start: right when sq == sk
-    allowed = _allowed(seq_q, seq_k, causal, key_valid, device)  # None or (b|1, 1, sq, sk)
+    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start)  # (b|1, 1, sq, sk)
     if allowed is None:
         return bias.to(dtype), False
     hidden = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
@@ -112,24 +117,38 @@ def _takes_out(cls) -> bool:
 _LOCAL = threading.local()  # one workspace per thread
 
 
-def _workspace(shape, dtype, device):
-    """A buffer of ``shape`` kept between calls (per thread): reused, not reallocated.
+def _workspace(shape, dtype, device, step):
+    """A buffer of ``shape`` kept between steps (per thread), or ``None`` if it is taken.
 
-    Internal to a model step: the mask it holds is consumed before the next step plans.
-    It stays allocated (the size of the last score-bias mask) until the shape changes.
+    ``step`` holds it until :func:`release`: another attention call in between (a forward
+    hook, a second model, a re-entrant call) gets ``None`` and a fresh mask, so it cannot
+    overwrite the mask the step's remaining layers read. It stays allocated (the size of
+    the last score-bias mask) until the shape changes.
     """
+    if getattr(_LOCAL, "holder", None) is not None:
+        return None
     buf = getattr(_LOCAL, "mask", None)
     device = torch.device("cpu") if device is None else torch.device(device)
     if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
         _LOCAL.mask = buf = torch.empty(shape, dtype=dtype, device=device)
+    _LOCAL.holder = step
+    step.holds_workspace = True
     return buf
 
 
-def _allowed(seq_q, seq_k, causal, key_valid, device):
+def release(step) -> None:
+    """The step is over: the workspace it held (if any) may be reused."""
+    if step is not None and step.holds_workspace and getattr(_LOCAL, "holder", None) is step:
+        _LOCAL.holder = None
+        step.holds_workspace = False
+
+
+def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None):
     """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all)."""
     if not causal and key_valid is None:
         return None
-    i = torch.arange(seq_q, device=device)[:, None] + (seq_k - seq_q)  # query slots (sq, 1)
+    first = seq_k - seq_q if q_start is None else q_start  # slot of the first query
+    i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
     j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
     allowed = (j <= i) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
     allowed = allowed[None, None]  # (1, 1, sq, sk)
@@ -155,17 +174,18 @@ def _run(q, k, v, step, scale):
             "backend='flex' has no backward on the CPU (torch 2.13): use backend='sdpa' "
             "to train, or run under torch.no_grad()"
         )
-    flex = flex_attention_compiled()
+    flex = flex_attention_compiled(q.device.type)
     dtype = q.dtype
     if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
         q, k, v = q.float(), k.float(), v.float()  # the CPU kernel is ~1.5x faster in float32
+    kw = {"score_mod": step.score_mod, "block_mask": step.block_mask, "scale": scale,
+          "enable_gqa": gqa}  # fmt: skip
+    if torch.compiler.is_compiling():  # inside the user's torch.compile: part of its graph
+        return flex(q, k, v, **kw).to(dtype)  # (b, heads, seq_q, v_dim)
     # Each new shape or score_mod compiles once; past dynamo's default limit of 8 it would
     # fall back to the eager kernel (slow, materialised scores), so allow more, here only.
     with torch._dynamo.config.patch(recompile_limit=64):
-        out = flex(
-            q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=scale,
-            enable_gqa=gqa,
-        )  # (b, heads, seq_q, v_dim)  # fmt: skip
+        out = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim)
     return out.to(dtype)
 
 
@@ -183,12 +203,23 @@ class Step:
     score_mod: object = None  # flex
     block_mask: object = None  # flex
     full_kv: bool = False  # flex with a cache: attend over the whole cache buffer
+    holds_workspace: bool = False  # its mask is the per-thread workspace (until release)
 
 
 def check_backend(backend):
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return backend
+
+
+def resolve_backend(backend, encoding, device) -> str:
+    """``"auto"``: FlexAttention for score biases on CUDA (the bias computed in the kernel,
+    no ``(batch, heads, seq, seq)`` mask), else SDPA (its fused kernels when there is no
+    bias; on the CPU the dense mask is faster than compiled FlexAttention and trains)."""
+    if backend != "auto":
+        return backend
+    on_cuda = device is not None and torch.device(device).type == "cuda"
+    return "flex" if on_cuda and "scores" in encoding.places else "sdpa"
 
 
 def check_padding_mask(padding_mask, batch, seq):
@@ -203,11 +234,17 @@ def check_padding_mask(padding_mask, batch, seq):
 def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backend, dtype, device,
          cache=None, start=0, full_kv=False) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers."""
+    backend = resolve_backend(backend, encoding, device)
     step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
     if backend == "sdpa":
-        step.mask, step.is_causal = _mask(
-            encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, reuse=True
-        )
+        try:
+            step.mask, step.is_causal = _mask(
+                encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device,
+                step, q_start=start if full_kv else None,
+            )  # fmt: skip
+        except Exception:
+            release(step)
+            raise
     else:
         step.score_mod, step.block_mask = flex_plan(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
@@ -229,7 +266,12 @@ def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
         if positions is not None:
             positions = position_arg(positions, batch, n, axes=axes)
         start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
-        if kw["backend"] == "flex":  # static shapes: every slot, unfilled ones hidden
+        if getattr(cache, "static", False):  # keys: the whole buffer, unfilled slots hidden
+            full_kv = True
+            if key_valid is None and not kw["causal"]:  # causal masking alone does not do
+                key_valid = cache.valid & (cache.slots < start + n)  # (batch, max_len)
+        elif resolve_backend(kw["backend"], encoding, kw["device"]) == "flex":
+            # static shapes: every slot, unfilled ones hidden
             full_kv, k_pos, key_valid = True, cache.positions, cache.valid
     return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start,
                 full_kv=full_kv, **kw)  # fmt: skip
@@ -245,7 +287,7 @@ def attend(
     k_positions=None,
     causal=True,
     padding_mask=None,
-    backend="sdpa",
+    backend="auto",
 ):
     """Attention with a positional encoding: the functional core of :class:`MultiHeadAttention`.
 
@@ -271,9 +313,10 @@ def attend(
         Causal attention.
     padding_mask : torch.Tensor, optional
         Bool ``(batch, seq_k)``, ``True`` for real keys.
-    backend : {"sdpa", "flex"}
+    backend : {"auto", "sdpa", "flex"}
         ``"sdpa"``: one float mask; ``"flex"``: FlexAttention with the encoding's
-        ``score_mod`` (compiled on first use; inference only on the CPU).
+        ``score_mod`` (compiled on first use; inference only on the CPU); ``"auto"``
+        (default): ``"flex"`` for score biases on CUDA, else ``"sdpa"``.
 
     Returns
     -------
@@ -293,7 +336,10 @@ def attend(
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         shapes = ", ".join(str(tuple(t.shape)) for t in (q, k, v))
         raise ValueError(f"q, k, v must be 4-D, got {shapes}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float(name, t)
     b, h, sq, hd = q.shape
+    check_heads(enc, h)
     sk = k.shape[2]
     if k.shape[0] != b or v.shape[:3] != k.shape[:3] or h % k.shape[1]:
         raise ValueError(
@@ -317,4 +363,7 @@ def attend(
         enc, q_pos, k_pos, causal=causal, key_valid=valid, heads=h, backend=backend,
         dtype=q.dtype, device=q.device,
     )  # fmt: skip
-    return _run(q, k, v, step, enc.softmax_scale(hd))
+    try:
+        return _run(q, k, v, step, enc.softmax_scale(hd))
+    finally:
+        release(step)

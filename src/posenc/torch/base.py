@@ -225,6 +225,29 @@ class PositionalEncoding(nn.Module):
         for name, table in self._derived_tensors().items():
             self.register_buffer(name, table.to(device), persistent=False)
 
+    def _materialize(self, device=None) -> None:
+        """Build the derived tables if they are still on the meta device.
+
+        A module built on meta whose parameters were then loaded with
+        ``load_state_dict(assign=True)`` (HF's and accelerate's empty-weight loading) has
+        real parameters but meta tables: they are built on ``device`` (default: where the
+        parameters are, else the CPU) instead of being read as uninitialised memory.
+        """
+        present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
+        if not any(t.is_meta for t in present):
+            return
+        if device is None or torch.device(device).type == "meta":
+            real = [p.device for p in self.parameters() if not p.is_meta]
+            device = real[0] if real else torch.device("cpu")
+        self._register_derived(device)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        params = list(self.parameters())
+        if params and not any(p.is_meta for p in params):
+            self._materialize()  # next to the loaded parameters
+        # without parameters: the model built around it, or the first call, says where
+
     @property
     def work_dtype(self) -> torch.dtype:
         """Dtype the encoding computes its tables and biases in: float64 after ``.double()``
@@ -238,7 +261,8 @@ class PositionalEncoding(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # .to(), .half(), .cuda(), to_empty() ... all land here: let torch move everything,
-        # then rebuild the derived tables exactly, in their own dtype, on the new device.
+        # then put the derived tables back exactly, in their own dtype, on the new device.
+        before = {n: self._buffers.get(n) for n in self._DERIVED}
         super()._apply(fn, recurse)
         # what the move does to floats: a device-only move keeps both probes' dtypes and
         # leaves the work dtype alone; a cast sets it (float64, or float32 for any other)
@@ -246,9 +270,15 @@ class PositionalEncoding(nn.Module):
         p64 = fn(torch.zeros((), dtype=torch.float64))
         if not (p32.dtype == torch.float32 and p64.dtype == torch.float64):
             self.__dict__["_work"] = torch.float64 if p32.dtype == torch.float64 else torch.float32
-        present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
-        if present:
-            self._register_derived(present[0].device)
+        names = [n for n in self._DERIVED if before.get(n) is not None]
+        if not names:
+            return self
+        device = self._buffers[names[0]].device
+        if device.type == "meta" or any(before[n].is_meta for n in names):
+            self._register_derived(device)  # nothing exact to keep: compute them
+            return self
+        for n in names:  # the exact tables, in their own dtype: moved, never recomputed
+            self._buffers[n] = before[n].to(device)  # the same tensor when nothing moves
         return self
 
 
@@ -282,6 +312,23 @@ class NoPE(PositionalEncoding):
             ``x`` itself.
         """
         return x
+
+
+def check_float(name, t) -> torch.Tensor:
+    """Return ``t`` if it is a floating-point tensor, else raise ``ValueError`` naming it."""
+    if not t.dtype.is_floating_point:
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    return t
+
+
+def check_heads(encoding, heads) -> None:
+    """Refuse an encoding built for another number of heads (its ``heads``, if it has one)."""
+    own = getattr(encoding, "heads", None)
+    if isinstance(own, int) and own != heads:
+        raise ValueError(
+            f"encoding {type(encoding).__name__} was built for heads={own}, "
+            f"attention has heads={heads}"
+        )
 
 
 def check_encoding(encoding, causal=True) -> PositionalEncoding:

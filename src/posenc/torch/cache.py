@@ -97,6 +97,23 @@ class KVCache:
     def __len__(self) -> int:
         return self.length
 
+    def _check_for(self, *, layers, kv_heads, key_dim, value_dim, dtype, device):
+        """Raise ``ValueError`` saying what differs if a model of these sizes cannot use it."""
+        keys, values = self.keys[0], self.values[0]
+        made = "; make the cache with the model's new_cache (after any .to())"
+        if len(self.keys) < layers:
+            raise ValueError(f"cache has {len(self.keys)} layers, the model has {layers}{made}")
+        if keys.dtype != dtype or values.dtype != dtype:
+            raise ValueError(f"cache holds {keys.dtype}, the model computes in {dtype}{made}")
+        if keys.device != torch.device(device):
+            raise ValueError(f"cache is on {keys.device}, the model on {device}{made}")
+        got = (keys.shape[1], keys.shape[-1], values.shape[-1])
+        if got != (kv_heads, key_dim, value_dim):
+            raise ValueError(
+                f"cache has (kv_heads, key_dim, value_dim) = {got}, the model needs "
+                f"{(kv_heads, key_dim, value_dim)}{made}"
+            )
+
     def _begin(self, positions, padding_mask, batch, n):
         """Reserve ``n`` slots for a new step and record its positions and padding.
 

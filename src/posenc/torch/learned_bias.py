@@ -109,8 +109,9 @@ class FIRE(_ScoreBias):
     :math:`B_{h,i,j} = f_\theta\big(\psi(|i-j|) / \psi(\max(L, i))\big)` with
     :math:`\psi(x) = \log(c x + 1)` and :math:`f_\theta` a ReLU MLP (1 -> ``hidden`` ->
     ``heads``); :math:`c` and :math:`L` are learned (kept positive through their
-    logarithms). The reference is :func:`posenc.fire_bias`. FlexAttention uses the default
-    ``score_mod`` (the bias is materialised: the MLP does not run inside the kernel).
+    logarithms). The reference is :func:`posenc.fire_bias`. For FlexAttention the MLP runs
+    outside the kernel, once per distance (per query and distance past :math:`L`), and
+    the ``score_mod`` gathers from that table (see :meth:`score_mod`).
 
     Parameters
     ----------
@@ -141,17 +142,61 @@ class FIRE(_ScoreBias):
         threshold = check_positive("threshold", threshold)
         self.log_threshold = nn.Parameter(torch.tensor(math.log(threshold)))
 
+    def _mlp(self, x):
+        r""":math:`f_\theta` on ``x`` of any shape, in ``x``'s dtype: ``(..., heads)``."""
+        work, first, last = x.dtype, self.mlp[0], self.mlp[2]
+        hidden = F.relu(F.linear(x[..., None], first.weight.to(work), first.bias.to(work)))
+        return F.linear(hidden, last.weight.to(work), last.bias.to(work))  # (..., heads)
+
+    def _psi_norm(self, query, work):
+        r""":math:`c` and :math:`\psi(\max(L, i)) + \epsilon` for query positions ``query``."""
+        c, threshold = self.log_c.to(work).exp(), self.log_threshold.to(work).exp()
+        return c, torch.log1p(c * torch.maximum(query, threshold)) + self.eps
+
     def score_bias(self, q_positions, k_positions, *, out=None):
         device, work = self.log_c.device, self.work_dtype
         rel = relative_positions(q_positions, k_positions, device).to(work)  # (b|1, sq, sk)
         query = position_tensor(q_positions, device)[:, :, None].to(work)  # i: (b|1, sq, 1)
-        c, threshold = self.log_c.to(work).exp(), self.log_threshold.to(work).exp()
-        norm = torch.log1p(c * torch.maximum(query, threshold)) + self.eps  # (b|1, sq, 1)
+        c, norm = self._psi_norm(query, work)  # norm: (b|1, sq, 1)
         x = torch.log1p(c * rel.abs()) / norm  # in [0, 1] for keys at or before the query
-        first, last = self.mlp[0], self.mlp[2]
-        hidden = F.relu(F.linear(x[..., None], first.weight.to(work), first.bias.to(work)))
-        out = F.linear(hidden, last.weight.to(work), last.bias.to(work))  # (b|1, sq, sk, heads)
-        return out.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
+        return self._mlp(x).permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
+
+    def score_mod(self, q_positions, k_positions):
+        """The bias gathered from a table of the MLP per distance (ranges, eager mode).
+
+        Below the threshold :math:`L` the bias depends on :math:`|i - j|` alone: when no
+        query is past :math:`L` (one check per step), the MLP runs once per distinct
+        distance, a ``(distances, heads)`` table; otherwise once per query and distance.
+        Tensor positions and traced calls materialise :meth:`score_bias` (the default).
+
+        Parameters
+        ----------
+        q_positions, k_positions : torch.Tensor or range
+            As for :meth:`score_bias`.
+
+        Returns
+        -------
+        callable
+            ``f(score, b, h, q_idx, kv_idx) -> score`` for FlexAttention.
+        """
+        ranges = isinstance(q_positions, range) and isinstance(k_positions, range)
+        if not ranges or not len(q_positions) or torch.compiler.is_compiling():
+            return super().score_mod(q_positions, k_positions)
+        device, work = self.log_c.device, self.work_dtype
+        top = max(q_positions.stop, k_positions.stop)  # every |i - j| is below it
+        dist = torch.arange(top, device=device, dtype=work)  # every distance d: (D,)
+        query = torch.arange(q_positions.start, q_positions.stop, device=device, dtype=work)
+        threshold = float(self.log_threshold.detach().to(work).exp())  # one read per step
+        shared = q_positions.stop - 1 <= threshold  # i <= L for every query
+        c, norm = self._psi_norm(query[-1:, None] if shared else query[:, None], work)
+        table = self._mlp(torch.log1p(c * dist) / norm).float()  # (1|sq, D, heads)
+        qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
+
+        def fire(score, b, h, q_idx, kv_idx):
+            d = (qpos(b, q_idx) - kpos(b, kv_idx)).abs()
+            return score + table[0 if shared else q_idx, d, h]
+
+        return fire
 
     def extra_repr(self):
         return f"heads={self.heads}, hidden={self.mlp[0].out_features}"

@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import _run, check_backend, plan_step
-from posenc.torch.base import NoPE, PositionalEncoding, check_encoding
+from posenc.torch.attention import _run, check_backend, plan_step, release
+from posenc.torch.base import NoPE, PositionalEncoding, check_encoding, check_heads
 from posenc.torch.cache import KVCache
+from posenc.torch.static_cache import StaticKVCache
 
 __all__ = ["MultiHeadAttention"]
 
@@ -40,8 +41,9 @@ class MultiHeadAttention(nn.Module):
         Supplies ``encode_qk``, ``score_bias`` and ``softmax_scale``; default :class:`NoPE`.
     causal : bool
         If true, each query attends to keys at or before its own slot.
-    backend : {"sdpa", "flex"}
-        The attention kernel (``"flex"``: inference only on the CPU).
+    backend : {"auto", "sdpa", "flex"}
+        The attention kernel (``"flex"``: inference only on the CPU; ``"auto"``:
+        ``"flex"`` for score biases on CUDA, else ``"sdpa"``).
 
     Examples
     --------
@@ -67,7 +69,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = False,
         encoding: PositionalEncoding | None = None,
         causal: bool = True,
-        backend: str = "sdpa",
+        backend: str = "auto",
     ):
         super().__init__()
         self.dim = check_int("dim", dim, minimum=1)
@@ -80,11 +82,13 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = dim // heads
         self.causal = bool(causal)
         self.encoding = NoPE() if encoding is None else check_encoding(encoding, self.causal)
+        check_heads(self.encoding, self.heads)
         self.backend = check_backend(backend)
         self.qkv = nn.Linear(dim, (heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
         self.out = nn.Linear(dim, dim, bias=bias)
+        self.register_load_state_dict_post_hook(tables_after_load)
 
-    def new_cache(self, batch: int, max_len: int) -> KVCache:
+    def new_cache(self, batch: int, max_len: int, *, static: bool = False) -> KVCache:
         """An empty one-layer :class:`~posenc.torch.KVCache` in this module's dtype and device.
 
         Parameters
@@ -93,13 +97,16 @@ class MultiHeadAttention(nn.Module):
             Batch size of the calls that will use it.
         max_len : int
             Capacity in tokens.
+        static : bool
+            A :class:`~posenc.torch.StaticKVCache` (shapes fixed between steps, for
+            ``torch.compile`` and CUDA graphs) instead of a growing one.
 
         Returns
         -------
         posenc.torch.KVCache
             Pass it as ``cache=`` to ``forward``.
         """
-        return _new_cache(self, 1, batch, max_len)
+        return _new_cache(self, 1, batch, max_len, static)
 
     def forward(self, x, positions=None, padding_mask=None, *, cache=None):
         """Attend over ``x`` (and over the cached tokens, if a cache is given).
@@ -127,6 +134,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
+        if cache is not None:
+            check_cache(self, cache, 1)
+        step = None
         try:
             step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
                              **self._plan_options(x))  # fmt: skip
@@ -135,6 +145,8 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 cache._rollback()  # a failed step leaves the cache as it was
             raise
+        finally:
+            release(step)  # the step's mask workspace is free for the next step
         if cache is not None:
             cache._commit()
         return y
@@ -176,19 +188,41 @@ class MultiHeadAttention(nn.Module):
         )
 
 
-def _new_cache(module, layers, batch, max_len):
-    """A cache sized for ``module`` (an attention layer or a model holding them)."""
+def _cache_shape(module, layers):
+    """What a cache for ``module`` (an attention layer or a model holding them) must be."""
     attn = module if isinstance(module, MultiHeadAttention) else module.blocks[0].attn
     enc, hd = attn.encoding, attn.head_dim
     key_dim = enc.qk_dim(hd) if enc.caches_encoded_keys else hd
     weight = attn.qkv.weight
-    return KVCache(
-        layers=layers, batch=batch, max_len=max_len, kv_heads=attn.kv_heads,
-        key_dim=key_dim, value_dim=hd, dtype=weight.dtype, device=weight.device,
-    )  # fmt: skip
+    return {
+        "layers": layers, "kv_heads": attn.kv_heads, "key_dim": key_dim, "value_dim": hd,
+        "dtype": weight.dtype, "device": weight.device,
+    }  # fmt: skip
+
+
+def _new_cache(module, layers, batch, max_len, static=False):
+    """A cache sized for ``module`` (an attention layer or a model holding them)."""
+    cls = StaticKVCache if static else KVCache
+    return cls(batch=batch, max_len=max_len, **_cache_shape(module, layers))
+
+
+def check_cache(module, cache, layers):
+    """Refuse a cache that ``module`` cannot use (ValueError saying what differs)."""
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache (from new_cache), got {type(cache).__name__}")
+    cache._check_for(**_cache_shape(module, layers))
+
+
+def tables_after_load(module, incompatible_keys):
+    """Load post-hook: derived tables still on meta (``load_state_dict(assign=True)`` into a
+    module built on meta) are built next to the loaded weights."""
+    weight = module.qkv.weight if isinstance(module, MultiHeadAttention) else module.embed.weight
+    if not weight.is_meta:
+        module.encoding._materialize(weight.device)
 
 
 def share_encoding(attn: MultiHeadAttention, encoding: PositionalEncoding) -> None:
     """Let ``attn`` use ``encoding`` without owning it: one copy in the model's state_dict."""
     attn._modules.pop("encoding", None)
     attn.__dict__["encoding"] = check_encoding(encoding, attn.causal)
+    check_heads(encoding, attn.heads)

@@ -6,10 +6,16 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import check_backend, plan_step
+from posenc.torch.attention import check_backend, plan_step, release
 from posenc.torch.base import PositionalEncoding, check_encoding
 from posenc.torch.cache import KVCache
-from posenc.torch.mha import MultiHeadAttention, _new_cache, share_encoding
+from posenc.torch.mha import (
+    MultiHeadAttention,
+    _new_cache,
+    check_cache,
+    share_encoding,
+    tables_after_load,
+)
 
 __all__ = ["TransformerLM"]
 
@@ -56,8 +62,9 @@ class TransformerLM(nn.Module):
         If given, longer sequences (cache included) raise :class:`ValueError`.
     causal : bool
         Causal self-attention (default) or bidirectional.
-    backend : {"sdpa", "flex"}
-        Attention kernel of every layer (see :func:`~posenc.torch.attend`).
+    backend : {"auto", "sdpa", "flex"}
+        Attention kernel of every layer (see :func:`~posenc.torch.attend`); ``"auto"``:
+        FlexAttention for score biases on CUDA, else SDPA.
 
     Examples
     --------
@@ -84,7 +91,7 @@ class TransformerLM(nn.Module):
         bias: bool = False,
         max_len: int | None = None,
         causal: bool = True,
-        backend: str = "sdpa",
+        backend: str = "auto",
     ):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=1)
@@ -97,8 +104,9 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(_Block(dim, heads, encoding, **kw) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.register_load_state_dict_post_hook(tables_after_load)
 
-    def new_cache(self, batch: int, max_len: int) -> KVCache:
+    def new_cache(self, batch: int, max_len: int, *, static: bool = False) -> KVCache:
         """An empty :class:`~posenc.torch.KVCache` for every layer, in the model's dtype and device.
 
         Parameters
@@ -106,14 +114,23 @@ class TransformerLM(nn.Module):
         batch : int
             Batch size of the calls that will use it.
         max_len : int
-            Capacity in tokens (prompt plus generated).
+            Capacity in tokens (prompt plus generated); at most the model's ``max_len``
+            when ``static``.
+        static : bool
+            A :class:`~posenc.torch.StaticKVCache`: shapes fixed between steps, so
+            ``torch.compile(lm, fullgraph=True)`` compiles prefill and decode once each.
 
         Returns
         -------
         posenc.torch.KVCache
             Pass it as ``cache=`` to ``forward``.
         """
-        return _new_cache(self, self.depth, batch, max_len)
+        if static and self.max_len is not None and max_len > self.max_len:
+            raise ValueError(
+                f"max_len of a static cache must be <= the model's max_len={self.max_len}, "
+                f"got {max_len}"
+            )
+        return _new_cache(self, self.depth, batch, max_len, static)
 
     def forward(self, idx, positions=None, padding_mask=None, *, cache=None):
         """Logits for every new token.
@@ -139,11 +156,15 @@ class TransformerLM(nn.Module):
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (batch, seq), got {tuple(idx.shape)}")
         b, n = idx.shape
-        total = n + (0 if cache is None else cache.length)
+        static = getattr(cache, "static", False)  # its length is a tensor, its size bounded
+        total = n + (0 if cache is None or static else cache.length)
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
+        if cache is not None:
+            check_cache(self, cache, self.depth)
         x = self.embed(idx)  # (b, n, dim)
         options = self.blocks[0].attn._plan_options(x)  # causal, heads, backend, dtype, device
+        step = None
         try:
             step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
             x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
@@ -153,6 +174,8 @@ class TransformerLM(nn.Module):
             if cache is not None:
                 cache._rollback()  # a failed step leaves the cache as it was
             raise
+        finally:
+            release(step)  # the step's mask workspace is free for the next step
         if cache is not None:
             cache._commit()
         return self.head(self.norm(x))  # (b, n, vocab)

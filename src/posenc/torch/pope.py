@@ -14,7 +14,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
-from posenc.torch.base import PositionalEncoding
+from posenc.torch.base import PositionalEncoding, check_float
 from posenc.torch.kernels import needs_expr
 from posenc.torch.positions import position_tensor
 
@@ -131,6 +131,7 @@ class PoPE(PositionalEncoding):
             ``(batch, kv_heads, seq_k, 2 * head_dim)``, dtype of the input.
         """
         for name, t in (("q", q), ("k", k)):
+            check_float(name, t)
             if t.dim() != 4 or t.shape[-1] != self.head_dim:
                 raise ValueError(
                     f"{name} must have shape (batch, heads, seq, head_dim={self.head_dim}), "
@@ -141,6 +142,7 @@ class PoPE(PositionalEncoding):
                 f"q must have heads={self.heads} and k's heads must divide them, "
                 f"got {tuple(q.shape)} and {tuple(k.shape)}"
             )
+        self._materialize(q.device)  # theta still on meta after load_state_dict(assign=True)
         work = torch.float64 if q.dtype == torch.float64 else torch.float32
         phase_q = self._phases(q_positions, work)[:, None] - self.raw_delta.to(work)[:, None]
         phase_k = self._phases(k_positions, work)[:, None]  # (b|1, 1, sk, d)

@@ -97,9 +97,47 @@ def position_arg(positions, batch: int, seq: int, *, axes: int | None = 1):
             f"positions must have shape (seq,) or (batch, seq) = ({batch}, {seq}){also}, "
             f"got {tuple(positions.shape)}"
         )
-    if not torch.compiler.is_compiling() and positions.numel() and int(positions.min()) < 0:
+    positions = positions.long()
+    if traced(positions):  # compiled or under vmap: the values are checked inside an op
+        return checked_positions(positions, 0)
+    if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
-    return positions.long()
+    return positions
+
+
+def traced(positions) -> bool:
+    """Are ``positions`` values out of Python's reach (``torch.compile``, ``torch.func``)?"""
+    return torch.compiler.is_compiling() or (
+        isinstance(positions, torch.Tensor)
+        and torch._C._functorch.is_functorch_wrapped_tensor(positions)
+    )
+
+
+@torch.library.custom_op("posenc::checked_positions", mutates_args=())
+def checked_positions(positions: torch.Tensor, stop: int) -> torch.Tensor:
+    """A copy of ``positions`` after checking ``0 <= p`` (and ``p < stop`` if ``stop > 0``).
+
+    An op, so compiled code and ``vmap`` raise the same :class:`ValueError` as eager code
+    instead of letting a negative index wrap around a table. Its result is used downstream,
+    so the check cannot be dropped as dead code.
+    """
+    if positions.numel():
+        lo, hi = int(positions.min()), int(positions.max())
+        if lo < 0:
+            raise ValueError(f"positions must be non-negative, got {lo}")
+        if stop > 0 and hi >= stop:
+            raise ValueError(f"positions must be < max_len={stop}, got {hi}")
+    return positions.clone()
+
+
+@checked_positions.register_fake
+def _(positions, stop):
+    return torch.empty_like(positions)
+
+
+@checked_positions.register_vmap
+def _(info, in_dims, positions, stop):
+    return checked_positions(positions, stop), in_dims[0]
 
 
 def position_tensor(positions, device=None) -> torch.Tensor:

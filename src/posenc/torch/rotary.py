@@ -14,10 +14,18 @@ import torch
 import posenc
 from posenc._checks import check_int
 from posenc.rotary import PAIRINGS
-from posenc.torch._rope_tables import _key, _table_dtype, _table_now
-from posenc.torch.base import PositionalEncoding
-from posenc.torch.kernels import rotate, rotate_qk
-from posenc.torch.positions import max_position, position_arg, position_tensor
+from posenc.torch._rope_tables import _table_dtype, _table_now, rows_to_build, settings_key
+from posenc.torch.base import PositionalEncoding, check_float
+from posenc.torch.kernels import cos_sin, rotate, rotate_qk
+from posenc.torch.positions import (
+    checked_positions,
+    max_position,
+    position_arg,
+    position_tensor,
+    traced,
+)
+
+_FIRST_ROWS = 4096  # rows of the cos/sin table built at construction; it grows on demand
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
 
@@ -86,7 +94,8 @@ def apply_rope(
     if x.dim() != 4:
         raise ValueError(f"x must have shape (batch, heads, seq, head_dim), got {tuple(x.shape)}")
     _check_pairing(pairing)
-    key = _key(x.shape[-1], base, scaling, rotary_dim)
+    check_float("x", x)
+    key = settings_key(x.shape[-1], base, scaling, rotary_dim)
     pos = position_arg(positions, x.shape[0], x.shape[2])  # range or (b|1, seq)
     length_from = pos
     if seq_len is not None:  # a length given: the table reads max + 1 = seq_len
@@ -133,7 +142,7 @@ class RotaryEmbedding(PositionalEncoding):
     (torch.Size([1, 4, 3, 8]), torch.Size([1, 2, 3, 8]), ('qk',))
     """
 
-    _DERIVED = ("cos_sin",)
+    _DERIVED = ("inv_freq", "cos_sin")
 
     def __init__(
         self,
@@ -154,7 +163,8 @@ class RotaryEmbedding(PositionalEncoding):
         self.head_dim, self.base, self.scaling = int(head_dim), float(base), scaling
         self.rotary_dim = 2 * inv.shape[0]
         self.dynamic = bool(getattr(scaling, "length_dependent", False))
-        self._key = _key(self.head_dim, self.base, scaling, self.rotary_dim)
+        # the settings as a value (pickles, means the same in any process): no registry index
+        self._key = settings_key(self.head_dim, self.base, scaling, self.rotary_dim)
         self._register_derived()
 
     @classmethod
@@ -193,10 +203,22 @@ class RotaryEmbedding(PositionalEncoding):
     def _derived_tensors(self):
         if self.dynamic:
             return {}
-        pos = torch.arange(self.max_len, device="cpu")
-        return {
-            "cos_sin": _table_now(pos, pos, "cpu", self._key, torch.float32)
-        }  # (max_len, r//2, 2)
+        inv, _ = posenc.rope_frequencies(
+            self.head_dim, base=self.base, scaling=self.scaling, rotary_dim=self.rotary_dim
+        )
+        inv = torch.from_numpy(inv)  # float64 (r // 2,)
+        pos = torch.arange(min(self.max_len, _FIRST_ROWS), device="cpu")
+        return {"inv_freq": inv, "cos_sin": cos_sin(pos, inv, self.scale, torch.float32)}
+
+    def _grow(self, last):
+        """Extend the table (eager only) to reach position ``last``: rows are built when
+        first used, not for the whole ``max_len`` (1M positions would be 0.5 GB)."""
+        have = self.cos_sin.shape[0]
+        rows = rows_to_build(have, last, self.max_len)
+        if rows > have:
+            pos = torch.arange(have, rows, device=self.inv_freq.device)
+            new = cos_sin(pos, self.inv_freq, self.scale, torch.float32)  # (rows - have, r/2, 2)
+            self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
 
     def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
@@ -219,23 +241,33 @@ class RotaryEmbedding(PositionalEncoding):
             ``cs`` with ``cs[..., 0] = s cos(p theta_j)`` and ``cs[..., 1] = s sin(p theta_j)``.
         """
         is_range = isinstance(positions, range)
-        if is_range or not torch.compiler.is_compiling():
+        in_op = not is_range and traced(positions)
+        if in_op:  # compiled or vmapped: checked inside an op (no silent wrap-around)
+            positions = checked_positions(positions, self.max_len)
+        else:
             last = max_position(positions)
             if last >= self.max_len:
                 raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
         device = self._device() if device is None else device
-        if self.dynamic or dtype == torch.float64:
+        if self.dynamic:
             length_from = positions if length_from is None else length_from
             return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
+        self._materialize(device)
+        if dtype == torch.float64 or in_op or torch.compiler.is_compiling():
+            # computed for the positions asked for: float64 angles, rounded once
+            inv = self.inv_freq.to(device)
+            return cos_sin(position_tensor(positions, device), inv, self.scale, _table_dtype(dtype))
+        self._grow(last)
         if is_range:  # contiguous positions: a slice of the table, no gather
             return self.cos_sin[positions.start : positions.stop][None]
-        return self.cos_sin[positions.to(device)]
+        return self.cos_sin[positions.to(self.cos_sin.device)].to(device)
 
     def _device(self):
-        return self.cos_sin.device if "cos_sin" in self._buffers else torch.device("cpu")
+        return self.inv_freq.device if "inv_freq" in self._buffers else torch.device("cpu")
 
     def _check(self, q, k):
         for name, t in (("q", q), ("k", k)):
+            check_float(name, t)
             if t.dim() != 4 or t.shape[-1] != self.head_dim:
                 raise ValueError(
                     f"{name} must have shape (batch, heads, seq, head_dim="

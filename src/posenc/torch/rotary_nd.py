@@ -17,8 +17,8 @@ import torch
 
 import posenc
 from posenc._checks import check_dim, check_int
-from posenc.torch.kernels import cos_sin, rotate
 from posenc.torch.base import PositionalEncoding
+from posenc.torch.kernels import cos_sin, rotate
 from posenc.torch.positions import max_position, position_arg
 from posenc.torch.rotary import _check_pairing
 

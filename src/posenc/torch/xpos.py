@@ -62,7 +62,7 @@ class XPos(RotaryEmbedding):
     (True, True)
     """
 
-    _DERIVED = ("cos_sin", "log_zeta")
+    _DERIVED = (*RotaryEmbedding._DERIVED, "log_zeta")
 
     def __init__(
         self, head_dim, *, scale_base=512.0, base=10_000.0, pairing="half", rotary_dim=None,

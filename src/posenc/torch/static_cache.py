@@ -1,0 +1,155 @@
+"""A KV cache whose shapes never change between steps, for compiled decoding and CUDA graphs.
+
+:class:`StaticKVCache` keeps the number of filled slots in a 0-d int64 *tensor*, writes
+each step's keys and values by index at that position, and lets attention run over the
+whole preallocated buffer with the unfilled slots masked out. Nothing a compiled graph
+depends on changes between decode steps (no Python int grows, no shape changes), so
+``torch.compile(lm, fullgraph=True)`` compiles the prefill and the decode step once each
+and replays them. Shape legend as in :mod:`posenc.torch.cache`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc.torch.cache import KVCache
+from posenc.torch.positions import position_arg
+
+__all__ = ["StaticKVCache"]
+
+
+class StaticKVCache(KVCache):
+    """A :class:`~posenc.torch.KVCache` with a tensor length: one compiled graph per step kind.
+
+    Same buffers and arguments as :class:`~posenc.torch.KVCache`; build one with
+    ``lm.new_cache(batch, max_len, static=True)``. Every step writes its keys and values at
+    slots ``length .. length + n - 1`` (an index tensor), and attention covers all
+    ``max_len`` slots, the unfilled ones hidden by the mask (built from tensors). The
+    buffers are marked as static addresses for CUDA graphs.
+
+    Parameters
+    ----------
+    **kwargs
+        As :class:`~posenc.torch.KVCache`.
+
+    Attributes
+    ----------
+    filled : torch.Tensor
+        0-d int64: the number of filled slots (``len(cache)`` reads it, in eager mode).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import ALiBi, TransformerLM
+    >>> _ = torch.manual_seed(0)
+    >>> lm = TransformerLM(10, 16, 2, 4, encoding=ALiBi(4)).eval()
+    >>> cache = lm.new_cache(1, max_len=8, static=True)
+    >>> step = lm  # or torch.compile(lm, fullgraph=True): prefill and decode compile once each
+    >>> with torch.no_grad():
+    ...     logits = step(torch.tensor([[1, 2, 3]]), cache=cache)
+    ...     logits = step(logits[:, -1:].argmax(-1), cache=cache)
+    >>> len(cache), cache.filled, cache.keys[0].shape  # the buffers keep their shape
+    (4, tensor(4), torch.Size([1, 4, 8, 4]))
+    """
+
+    static = True
+
+    def __init__(self, **kwargs):
+        device = kwargs.get("device")
+        self.filled = torch.zeros((), dtype=torch.long, device=device)
+        self.next_position = torch.zeros(kwargs["batch"], 1, dtype=torch.long, device=device)
+        self.slots = torch.arange(kwargs["max_len"], device=device)  # (max_len,)
+        super().__init__(**kwargs)
+        for t in (*self.keys, *self.values, self.positions, self.valid, self.filled,
+                  self.next_position):  # fmt: skip
+            torch._dynamo.mark_static_address(t)
+
+    def reset(self) -> None:
+        """Empty the cache (the buffers are kept, in place)."""
+        super().reset()
+        self.filled.zero_()
+        self.next_position.zero_()
+        self.per_row = False  # were positions or padding ever given (rows may differ)?
+
+    @property
+    def length(self) -> int:
+        """Number of filled slots (reads the tensor: eager mode only)."""
+        return int(self.filled)
+
+    @length.setter
+    def length(self, value) -> None:  # KVCache.reset assigns 0
+        if value != 0:
+            raise ValueError(f"a StaticKVCache's length is its tensor 'filled', got {value}")
+
+    def _begin(self, positions, padding_mask, batch, n):
+        """Record ``n`` new tokens at slots ``filled .. filled + n - 1`` (not yet counted).
+
+        Returns ``(start, q_positions, k_positions, key_valid)`` like
+        :meth:`KVCache._begin`, but over the whole buffer: ``start`` is a 0-d tensor,
+        ``k_positions`` covers every slot (``(1, max_len)`` while the rows share their
+        positions), and ``key_valid`` hides the unfilled slots (``None`` while the causal
+        mask alone does, i.e. causal attention over shared positions without padding).
+        """
+        if batch != self.batch:
+            raise ValueError(f"batch must be {self.batch} (the cache's), got {batch}")
+        start = self.filled
+        stop = start + n
+        if not torch.compiler.is_compiling():
+            if int(stop) > self.max_len:
+                raise ValueError(
+                    f"cache is full: max_len={self.max_len}, holds {int(start)} tokens, "
+                    f"got {n} more"
+                )
+        else:  # a device-side check: no sync, so CUDA graphs can replay it
+            torch._assert_async(stop <= self.max_len, "StaticKVCache is full")
+        new = start + torch.arange(n, device=start.device)  # slots of the new tokens (n,)
+        if positions is not None or padding_mask is not None:
+            self.per_row = True
+        if positions is not None:
+            q_pos = position_arg(positions, batch, n)
+            if isinstance(q_pos, range):
+                q_pos = torch.arange(q_pos.start, q_pos.stop, device=start.device)[None]
+        elif self.per_row:  # continue every row after its own last position
+            q_pos = self.next_position + torch.arange(n, device=start.device)  # (batch, n)
+        else:
+            q_pos = new[None]  # (1, n): position == slot
+        q_pos = q_pos.to(self.positions.device)
+        self.positions.index_copy_(1, new, q_pos.expand(batch, n))
+        real = torch.ones(batch, n, dtype=torch.bool, device=self.valid.device)
+        self.valid.index_copy_(1, new, real if padding_mask is None else padding_mask)
+        self._pending = (n, q_pos[:, -1:] + 1)
+        if self.per_row:
+            k_pos, key_valid = self.positions, self.valid & (self.slots < stop)  # (b, max_len)
+        else:
+            k_pos, key_valid = self.positions[:1], None  # (1, max_len): causal hides the rest
+        self._new_slots = new
+        return start, q_pos, k_pos, key_valid
+
+    def _commit(self):
+        """The step finished: count its tokens."""
+        if self._pending is not None:
+            n, nxt = self._pending
+            self.next_position.copy_(nxt.expand_as(self.next_position))
+            self.filled.add_(n)
+        self._pending = None
+
+    def _rollback(self):
+        """Undo an uncommitted ``_begin``: its slots are unfilled again."""
+        if getattr(self, "_pending", None) is None:
+            return
+        self.valid.masked_fill_(self.slots >= self.filled, False)
+        self.positions.masked_fill_(self.slots >= self.filled, 0)
+        self._pending = None
+
+    def _store(self, layer, start, k, v, full=True):
+        """Write ``k``, ``v`` ``(batch, kv_heads, n, ·)`` at the step's slots; return the
+        whole buffers ``(batch, kv_heads, max_len, ·)``."""
+        keys, values = self.keys[layer], self.values[layer]
+        if k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]:
+            raise ValueError(
+                f"keys must have shape (batch, kv_heads, n, key_dim) = "
+                f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
+            )
+        keys.index_copy_(2, self._new_slots, k.to(keys.dtype))
+        values.index_copy_(2, self._new_slots, v.to(values.dtype))
+        return keys, values  # (batch, kv_heads, max_len, ·)
