@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 import time
 from datetime import datetime, timezone
 
@@ -26,7 +27,14 @@ def timeit(fn, min_time=0.4, min_reps=7, max_reps=50, warmup=3):
 
 
 def machine():
-    """CPU model, cores, torch threads and versions, and today's date."""
+    """CPU model, cores, torch threads, versions, today's date, and the code measured.
+
+    ``code`` is the git commit, a dirty flag (uncommitted changes under ``src/``) and a hash
+    of the package source (:func:`posenc.experiments.provenance.stamp`); ``command`` is the
+    command line, so a committed result says what produced it.
+    """
+    from posenc.experiments.provenance import stamp
+
     model = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -42,4 +50,6 @@ def machine():
         "torch": torch.__version__,
         "python": platform.python_version(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "code": stamp(),
+        "command": " ".join(["python", *sys.argv]),
     }
