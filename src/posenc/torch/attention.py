@@ -191,8 +191,9 @@ def _kernels_for(mask):
     """SDPA's math kernel for a learned bias under ``torch.func`` (``grad``, ``vjp``...): the
     CPU flash kernel has no gradient for ``attn_mask`` and the transforms hide from it that
     the mask needs one. Otherwise no restriction."""
-    wrapped = mask is not None and torch._C._functorch.is_functorch_wrapped_tensor(mask)
-    if wrapped and mask.device.type == "cpu":
+    if mask is None or torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    if torch._C._functorch.is_functorch_wrapped_tensor(mask) and mask.device.type == "cpu":
         return sdpa_kernel(SDPBackend.MATH)
     return contextlib.nullcontext()
 

@@ -234,13 +234,6 @@ class PositionalEncoding(nn.Module):
             device = real[0] if real else torch.device("cpu")
         self._register_derived(device)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        params = list(self.parameters())
-        if params and not any(p.is_meta for p in params):
-            self._materialize()  # next to the loaded parameters
-        # without parameters: the model built around it, or the first call, says where
-
     @property
     def work_dtype(self) -> torch.dtype:
         """Dtype the encoding computes its tables and biases in: float64 after ``.double()``

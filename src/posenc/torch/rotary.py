@@ -108,13 +108,17 @@ def apply_rope(
 class RotaryEmbedding(PositionalEncoding):
     """RoPE as an encoding of the attention core: rotates queries and keys.
 
-    The ``[cos, sin]`` table for positions ``0 .. max_len - 1`` (float64 angles, stored
-    float32) is derived state: a non-persistent buffer, never in ``state_dict``, rebuilt
-    exactly after ``.to()``, ``.half()``, device moves and ``to_empty()``, and sliced
-    (default positions) or gathered (explicit ones) at run time. float64 inputs get
-    float64 tables computed on the fly. Length-dependent scalings (``DynamicNTK``,
-    ``LongRoPE``) are recomputed per call from the largest position, for queries and keys
-    alike, and so a KV cache keeps raw keys for them (:attr:`caches_encoded_keys`).
+    The ``[cos, sin]`` table (float64 angles, stored float32) is derived state: a
+    non-persistent buffer, never in ``state_dict``, kept exact through ``.to()``,
+    ``.half()``, device moves, ``to_empty()`` and meta-device loading. It starts with the
+    first 4096 positions and grows (doubling, up to ``max_len``) to the largest position
+    used, so a million-position model costs what it uses; it is sliced (default
+    positions) or gathered (explicit ones) at run time. float64 inputs, and compiled or
+    vmapped calls, get cos/sin computed for their positions. The settings are plain
+    values, so a pickled or saved module works in any process. Length-dependent scalings
+    (``DynamicNTK``, ``LongRoPE``) are recomputed per call from the largest position, for
+    queries and keys alike, and so a KV cache keeps raw keys for them
+    (:attr:`caches_encoded_keys`).
 
     Parameters
     ----------
