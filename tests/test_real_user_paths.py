@@ -372,6 +372,10 @@ def test_vmap_of_apply_rope_over_batched_positions_matches_a_loop():
     rope = RotaryEmbedding(8, max_len=16)
     got = torch.func.vmap(lambda xi, p: rope(xi, xi, p)[0])(x, pos)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    xpos = XPos(8, max_len=16)
+    got = torch.func.vmap(lambda xi, p: xpos(xi, xi, p)[1])(x, pos)
+    want = torch.stack([xpos(x[i], x[i], pos[i])[1] for i in range(3)])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["t5", "kerple", "fire", "alibi"])
