@@ -45,9 +45,11 @@ class PositionalEncoding(nn.Module):
 
     Derived state (tables computed from the constructor arguments, such as cos/sin
     tables) is declared by overriding ``_derived_tensors``: it is registered as
-    non-persistent buffers (never saved to or loaded from a checkpoint) and rebuilt with
-    the right numbers after every ``.to()``, ``.half()``, device move or ``to_empty()``,
-    so a module built on the meta device is exact once materialised.
+    non-persistent buffers (never saved to or loaded from a checkpoint) that keep the
+    right numbers through every ``.to()``, ``.half()``, device move or ``to_empty()``
+    (moved in their own dtype, recomputed only when they were on the meta device), so a
+    module built on the meta device is exact once materialised, by ``to_empty()`` or by
+    ``load_state_dict(assign=True)``.
     """
 
     #: Whether a KV cache may keep keys *after* :meth:`encode_qk`. ``False`` for encodings
