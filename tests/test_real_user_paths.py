@@ -333,6 +333,20 @@ def test_the_table_grows_to_what_is_used_with_the_same_numbers():
     np.testing.assert_allclose(rope.cos_sin.numpy(), want, rtol=0, atol=6e-8)
 
 
+def test_a_table_grown_or_built_under_inference_mode_still_trains():
+    rope = RotaryEmbedding(8, max_len=10_000)
+    with torch.device("meta"):
+        alibi = ALiBi(4)
+    x = torch.randn(1, 1, 2, 8)
+    with torch.inference_mode():
+        rope(x, x, torch.tensor([0, 9000]))  # grows the table
+        alibi(range(3))  # builds the meta tables
+    q = torch.randn(1, 1, 2, 8, requires_grad=True)
+    rope(q, q, torch.tensor([1, 9000]))[0].sum().backward()  # no growth: the same table
+    assert q.grad is not None and not rope.cos_sin.is_inference()
+    assert not alibi.slopes.is_inference()
+
+
 # -- 8. errors that say what went wrong ----------------------------------------------------------
 
 

@@ -234,7 +234,8 @@ class PositionalEncoding(nn.Module):
         if device is None or torch.device(device).type == "meta":
             real = [p.device for p in self.parameters() if not p.is_meta]
             device = real[0] if real else torch.device("cpu")
-        self._register_derived(device)
+        with torch.inference_mode(False), torch.no_grad():  # usable by training later
+            self._register_derived(device)
 
     @property
     def work_dtype(self) -> torch.dtype:

@@ -219,10 +219,13 @@ class RotaryEmbedding(PositionalEncoding):
         first used, not for the whole ``max_len`` (1M positions would be 0.5 GB)."""
         have = self.cos_sin.shape[0]
         rows = rows_to_build(have, last, self.max_len)
-        if rows > have:
-            pos = torch.arange(have, rows, device=self.inv_freq.device)
-            new = cos_sin(pos, self.inv_freq, self.scale, torch.float32)  # (rows - have, r/2, 2)
-            self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
+        if rows > have:  # a normal tensor even when grown under inference_mode: trains later
+            with torch.inference_mode(False), torch.no_grad():
+                pos = torch.arange(have, rows, device=self.inv_freq.device)
+                new = cos_sin(
+                    pos, self.inv_freq, self.scale, torch.float32
+                )  # (rows - have, r/2, 2)
+                self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
 
     def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
