@@ -575,3 +575,106 @@ def test_rotary_embedding_from_hf_builds_the_module():
     )
     assert rot.pairing == "half" and rot.scale == pytest.approx(1.1902, abs=1e-4)
     assert RotaryEmbedding.from_hf(cfg, pairing="interleaved", max_len=64).max_len == 64
+
+
+# -- issue 17, item 5: class defaults, Phi-3.5-MoE, and configs HF refuses -----------------------
+
+
+def _hf_config_modules():
+    """(model_type, class) for every config class whose source sets partial_rotary_factor."""
+    import importlib.util
+    import pathlib
+
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    models = pathlib.Path(importlib.util.find_spec("transformers.models").origin).parent
+    texts = [p.read_text() for p in models.glob("*/configuration_*.py")]
+    texts = [t for t in texts if "partial_rotary_factor" in t]
+    return [
+        (model_type, CONFIG_MAPPING[model_type])
+        for model_type, cls_name in sorted(CONFIG_MAPPING_NAMES.items())
+        if any(f"class {cls_name}(" in t for t in texts)
+    ]
+
+
+def test_partial_rotary_factor_defaults_are_those_of_hf_config_classes():
+    from posenc import _hf
+
+    checked = []
+    for model_type, cls in _hf_config_modules():
+        try:
+            params = cls().rope_parameters
+        except Exception:  # classes that need arguments to exist at all
+            continue
+        if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
+            continue  # per layer type: from_hf refuses those (tested above)
+        want = params.get("partial_rotary_factor", 1.0)
+        cfg = {"model_type": model_type}
+        if model_type in _hf._DERIVED_PARTIAL:
+            with pytest.raises(ValueError, match="config has no partial_rotary_factor"):
+                _hf._partial_factor(cfg, {}, model_type)
+        else:
+            assert _hf._partial_factor(cfg, {}, model_type) == want, model_type
+        checked.append(model_type)
+    for name in ("phi", "glm", "nemotron", "persimmon", "stablelm", "qwen3_next", "gpt_neox"):
+        assert name in checked
+
+
+@pytest.mark.parametrize(
+    "model_type", ["phi", "glm", "nemotron", "persimmon", "stablelm", "qwen3_next"]
+)
+def test_a_dict_without_partial_rotary_factor_gets_the_class_default(model_type):
+    cfg = {"model_type": model_type, "hidden_size": 256, "num_attention_heads": 4}
+    cfg |= {"max_position_embeddings": 512, "rope_theta": 10000.0, "head_dim": 64}
+    want = from_hf(AutoConfig.for_model(**copy.deepcopy(cfg)))["rotary_dim"]
+    assert from_hf(cfg)["rotary_dim"] == want and want in (16, 32)
+
+
+PHI35_MOE = {  # microsoft/Phi-3.5-MoE-instruct's RoPE keys, with 4 pairs instead of 64
+    "model_type": "phimoe", "hidden_size": 32, "num_attention_heads": 4,
+    "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "rope_scaling": {
+        "type": "longrope", "short_factor": [1.0, 1.05, 1.9, 2.8],
+        "long_factor": [1.0, 1.6, 14.0, 38.0], "short_mscale": 1.243163121016122,
+        "long_mscale": 1.2, "original_max_position_embeddings": 4096,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("positions", [[0, 1, 2, 4095], [0, 4096, 9000, 20000]])
+def test_phi35_moe_mscales_match_hf(positions):
+    from transformers.models.phimoe.modeling_phimoe import PhimoeRotaryEmbedding
+
+    cfg = AutoConfig.for_model(**copy.deepcopy(PHI35_MOE))
+    kwargs = from_hf(PHI35_MOE)
+    rope = RotaryEmbedding(**kwargs)
+    seq_len = max(positions) + 1
+    inv, scale = frequencies(kwargs, seq_len)
+    # HF's rope init (called without a length: the short factors at every length) and
+    # PhimoeRotaryEmbedding's rule: long_mscale beyond the original length, else short_mscale
+    inv_hf, _ = ROPE_INIT_FUNCTIONS["longrope"](cfg, None)
+    np.testing.assert_allclose(inv, inv_hf.double().numpy(), rtol=1e-6)
+    assert scale == PHI35_MOE["rope_scaling"]["long_mscale" if seq_len > 4096 else "short_mscale"]
+    pos = torch.tensor([positions])
+    angles = pos[0, :, None].double() * torch.from_numpy(inv)  # (seq, 4), float64
+    want = scale * torch.stack([angles.cos(), angles.sin()], -1)
+    got = rope.table(pos, torch.float64)[0]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    cos, sin = PhimoeRotaryEmbedding(cfg)(torch.zeros(1), pos)  # HF's float32 angles
+    torch.testing.assert_close(got[..., 0].float(), cos[0, :, :4], rtol=0, atol=5e-3)
+    torch.testing.assert_close(got[..., 1].float(), sin[0, :, :4], rtol=0, atol=5e-3)
+
+
+def test_configs_hf_refuses_or_reads_elsewhere_raise_clearly():
+    with pytest.raises(ValueError, match="hidden_size must be divisible by num_attention_heads"):
+        from_hf(small(hidden_size=250))
+    with pytest.raises(ValueError, match="head_dim must be >= 1, got 0"):
+        from_hf(small(head_dim=0))
+    gemma3 = {"model_type": "gemma3", "text_config": small(), "vision_config": {}}
+    with pytest.raises(ValueError, match=r"pass config\['text_config'\]"):
+        from_hf(gemma3)
+    assert from_hf(gemma3["text_config"])["head_dim"] == 64
+    with pytest.raises(ValueError, match="HF derives it"):
+        from_hf({**small(), "model_type": "mistral4"})

@@ -28,6 +28,22 @@ _NEOX_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
 # Phi3Config declares a top-level original_max_position_embeddings (default 4096), which
 # standardize_rope_params copies over the one in rope_scaling
 _CLASS_ORIGINAL = {"phi3": 4096}
+# Config classes whose partial_rotary_factor is not 1.0 by default (their __post_init__
+# sets it); tests/test_from_hf.py checks this against every class of transformers 5.23.0
+_CLASS_PARTIAL = {
+    "bamba": 0.5, "dots3_note_audio_encoder": 0.5, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5,
+    "glm4v_moe_text": 0.5, "glmasr_encoder": 0.5, "moonshine": 0.9, "moonshine_streaming": 0.8,
+    "musicflamingo": 0.2, "nemotron": 0.5, "nemotron3_5_transcribe_asr_audio": 0.5,
+    "nemotron3_5_transcribe_word_timestamp": 0.5, "persimmon": 0.5, "phi": 0.5,
+    "qwen3_5_moe_text": 0.25, "qwen3_5_text": 0.25, "qwen3_next": 0.25, "recurrent_gemma": 0.5,
+    "stablelm": 0.25, "efficientloftr": 4.0,
+}  # fmt: skip
+# ... and those that derive it from other keys: a dict without it cannot be read alone
+_DERIVED_PARTIAL = {
+    "mistral4": "qk_rope_head_dim / head_dim",
+    "minimax_m2": "rotary_dim / head_dim",
+    "deepseek_v4": "qk_rope_head_dim / head_dim",
+}
 _WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 
 
@@ -97,19 +113,29 @@ def _partial_factor(cfg, params, model_type):
     if model_type in _NEOX_PCT:
         return cfg.get("rotary_pct", _NEOX_PCT[model_type])
     factor = cfg.get("partial_rotary_factor")
-    return 1.0 if factor is None else factor
+    if factor is None and model_type in _DERIVED_PARTIAL:
+        raise ValueError(
+            f"config has no partial_rotary_factor; for model_type={model_type!r} HF derives it "
+            f"({_DERIVED_PARTIAL[model_type]}): add it, or pass the transformers config object"
+        )
+    return _CLASS_PARTIAL.get(model_type, 1.0) if factor is None else factor
 
 
 def _head_dim(cfg):
-    if cfg.get("head_dim"):
+    if cfg.get("head_dim") is not None:  # 0 is refused, not taken for "absent"
         return check_int("head_dim", cfg["head_dim"], minimum=1)
     for key in ("hidden_size", "num_attention_heads"):
         if cfg.get(key) is None:
             hint = "; a multimodal config holds them in text_config" if "text_config" in cfg else ""
             raise ValueError(f"config has no head_dim and no {key}{hint}")
-    return check_int("hidden_size", cfg["hidden_size"], minimum=1) // check_int(
-        "num_attention_heads", cfg["num_attention_heads"], minimum=1
-    )
+    hidden = check_int("hidden_size", cfg["hidden_size"], minimum=1)
+    heads = check_int("num_attention_heads", cfg["num_attention_heads"], minimum=1)
+    if hidden % heads:
+        raise ValueError(
+            f"hidden_size must be divisible by num_attention_heads={heads} when the config "
+            f"has no head_dim, got hidden_size={hidden}"
+        )
+    return hidden // heads
 
 
 def _original(cfg, params, model_type, max_pos):
@@ -183,6 +209,12 @@ def from_hf(config):
     """
     cfg = _as_dict(config)
     model_type = cfg.get("model_type")
+    text = ("hidden_size", "head_dim", "rope_theta", "rope_parameters", "rope_scaling")
+    if "text_config" in cfg and not any(key in cfg for key in text):
+        raise ValueError(
+            "config is multimodal: its language model's settings are in text_config; "
+            "pass config['text_config'] (or config.text_config)"
+        )
     params = _rope_params(cfg)
     rope_type = _rope_type(params, model_type)
     base = check_positive("rope_theta", _base(cfg, params, model_type))
@@ -220,12 +252,18 @@ def from_hf(config):
         )
     elif rope_type == "longrope":
         factor = params.get("factor")
+        short = _need(params, "short_factor", rope_type)
+        mscales = {}
+        if model_type == "phimoe":  # PhimoeRotaryEmbedding (5.23.0): its own scales, and the
+            # rates of its rope init without a length, i.e. the short factors at every length
+            mscales = {k: _need(params, k, rope_type) for k in ("short_mscale", "long_mscale")}
         scaling = LongRoPE(
-            _need(params, "short_factor", rope_type),
-            _need(params, "long_factor", rope_type),
+            short,
+            short if mscales else _need(params, "long_factor", rope_type),
             original,
             max_pos / original if factor is None else factor,
             attention_factor=params.get("attention_factor"),
+            **mscales,
         )
     elif rope_type == "llama3":
         scaling = Llama3(

@@ -257,6 +257,9 @@ class LongRoPE(Scaling):
         Overall extension ratio (``max_len / original_max_len``), sets the attention scale.
     attention_factor : float, optional
         Overrides the computed attention scale; must be positive.
+    short_mscale, long_mscale : float, optional
+        Phi-3.5-MoE's attention scales, given together: ``short_mscale`` up to
+        ``original_max_len``, ``long_mscale`` beyond (they override the others).
     """
 
     short_factor: tuple
@@ -264,6 +267,8 @@ class LongRoPE(Scaling):
     original_max_len: int
     factor: float
     attention_factor: float | None = None
+    short_mscale: float | None = None
+    long_mscale: float | None = None
     length_dependent = True
 
     def __post_init__(self):
@@ -276,6 +281,14 @@ class LongRoPE(Scaling):
         check_positive("factor", self.factor)
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
+        if (self.short_mscale is None) != (self.long_mscale is None):
+            raise ValueError(
+                "short_mscale and long_mscale must be given together, got "
+                f"{self.short_mscale} and {self.long_mscale}"
+            )
+        if self.short_mscale is not None:
+            check_positive("short_mscale", self.short_mscale)
+            check_positive("long_mscale", self.long_mscale)
 
     def inv_freq(self, dim, base, seq_len=None):
         use_long = seq_len is not None and seq_len > self.original_max_len
@@ -284,7 +297,9 @@ class LongRoPE(Scaling):
             raise ValueError(
                 f"LongRoPE factors must have dim // 2 = {dim // 2} entries, got {ext.size}"
             )
-        if self.attention_factor is not None:
+        if self.short_mscale is not None:
+            scale = float(self.long_mscale if use_long else self.short_mscale)
+        elif self.attention_factor is not None:
             scale = float(self.attention_factor)
         elif self.factor <= 1.0:
             scale = 1.0

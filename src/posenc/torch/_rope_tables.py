@@ -86,6 +86,17 @@ def _(positions, length_from, key, double):
     return positions.new_empty(*positions.shape, r // 2, 2, dtype=dtype)
 
 
+@_rope_table.register_vmap
+def _(info, in_dims, positions, length_from, key, double):
+    pos_dim, len_dim = in_dims[0], in_dims[1]
+    if len_dim is None:  # one length for all: elementwise in the positions
+        return _rope_table(positions, length_from, key, double), pos_dim
+    n = info.batch_size  # a length per sample: one call each
+    pos = positions.movedim(pos_dim, 0) if pos_dim is not None else positions.expand(n, -1, -1)
+    lengths = length_from.movedim(len_dim, 0)
+    return torch.stack([_rope_table(pos[i], lengths[i], key, double) for i in range(n)]), 0
+
+
 def _table_now(positions, length_from, device, key, dtype):
     """``[cos, sin]`` ``(b|1, seq, r // 2, 2)`` for a length-dependent scaling, from float64
     angles.

@@ -74,9 +74,9 @@ class SinusoidalEncoding(_TableEncoding):
     r"""Adds the fixed sinusoidal table of Vaswani et al. (2017) to token embeddings.
 
     The table is computed by :func:`posenc.sinusoidal` in float64 and kept as a
-    non-persistent float64 buffer: never saved to or loaded from ``state_dict``, and
-    recomputed after ``.to()``, ``.half()``, device moves and ``to_empty()`` (so meta-device
-    construction works). It stays float64 whatever the module's dtype; at run time the
+    non-persistent float64 buffer: never saved to or loaded from ``state_dict``, and exact
+    after ``.to()``, ``.half()``, device moves, ``to_empty()`` and meta-device loading with
+    ``load_state_dict(assign=True)``. It stays float64 whatever the module's dtype; at run time the
     rows are rounded once to the input's dtype.
 
     Parameters

@@ -12,6 +12,7 @@ Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``; ``k, v`` are
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch._flex import flex_attention_compiled, flex_plan
 from posenc.torch.base import NoPE, check_encoding, check_float, check_heads
@@ -164,9 +166,11 @@ def _run(q, k, v, step, scale):
         width = v.shape[-1]
         if q.shape[-1] > width:  # the fused kernels need one head width: zero-pad v, 2-5x faster
             v = F.pad(v, (0, q.shape[-1] - width))  # (b, kv_heads, seq_k, qk_dim)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=scale, enable_gqa=gqa
-        )  # (b, heads, seq_q, qk_dim|v_dim)
+        with _kernels_for(step.mask):
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=scale,
+                enable_gqa=gqa,
+            )  # (b, heads, seq_q, qk_dim|v_dim)  # fmt: skip
         return out[..., :width]  # (b, heads, seq_q, v_dim)
     needs_grad = q.requires_grad or k.requires_grad or v.requires_grad
     if q.device.type == "cpu" and torch.is_grad_enabled() and needs_grad:
@@ -187,6 +191,17 @@ def _run(q, k, v, step, scale):
     with torch._dynamo.config.patch(recompile_limit=64):
         out = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim)
     return out.to(dtype)
+
+
+def _kernels_for(mask):
+    """SDPA's math kernel for a learned bias under ``torch.func`` (``grad``, ``vjp``...): the
+    CPU flash kernel has no gradient for ``attn_mask`` and the transforms hide from it that
+    the mask needs one. Otherwise no restriction."""
+    if mask is None or torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    if torch._C._functorch.is_functorch_wrapped_tensor(mask) and mask.device.type == "cpu":
+        return sdpa_kernel(SDPBackend.MATH)
+    return contextlib.nullcontext()
 
 
 @dataclass

@@ -45,9 +45,11 @@ class PositionalEncoding(nn.Module):
 
     Derived state (tables computed from the constructor arguments, such as cos/sin
     tables) is declared by overriding ``_derived_tensors``: it is registered as
-    non-persistent buffers (never saved to or loaded from a checkpoint) and rebuilt with
-    the right numbers after every ``.to()``, ``.half()``, device move or ``to_empty()``,
-    so a module built on the meta device is exact once materialised.
+    non-persistent buffers (never saved to or loaded from a checkpoint) that keep the
+    right numbers through every ``.to()``, ``.half()``, device move or ``to_empty()``
+    (moved in their own dtype, recomputed only when they were on the meta device), so a
+    module built on the meta device is exact once materialised, by ``to_empty()`` or by
+    ``load_state_dict(assign=True)``.
     """
 
     #: Whether a KV cache may keep keys *after* :meth:`encode_qk`. ``False`` for encodings
@@ -239,14 +241,8 @@ class PositionalEncoding(nn.Module):
         if device is None or torch.device(device).type == "meta":
             real = [p.device for p in self.parameters() if not p.is_meta]
             device = real[0] if real else torch.device("cpu")
-        self._register_derived(device)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        params = list(self.parameters())
-        if params and not any(p.is_meta for p in params):
-            self._materialize()  # next to the loaded parameters
-        # without parameters: the model built around it, or the first call, says where
+        with torch.inference_mode(False), torch.no_grad():  # usable by training later
+            self._register_derived(device)
 
     @property
     def work_dtype(self) -> torch.dtype:

@@ -108,13 +108,17 @@ def apply_rope(
 class RotaryEmbedding(PositionalEncoding):
     """RoPE as an encoding of the attention core: rotates queries and keys.
 
-    The ``[cos, sin]`` table for positions ``0 .. max_len - 1`` (float64 angles, stored
-    float32) is derived state: a non-persistent buffer, never in ``state_dict``, rebuilt
-    exactly after ``.to()``, ``.half()``, device moves and ``to_empty()``, and sliced
-    (default positions) or gathered (explicit ones) at run time. float64 inputs get
-    float64 tables computed on the fly. Length-dependent scalings (``DynamicNTK``,
-    ``LongRoPE``) are recomputed per call from the largest position, for queries and keys
-    alike, and so a KV cache keeps raw keys for them (:attr:`caches_encoded_keys`).
+    The ``[cos, sin]`` table (float64 angles, stored float32) is derived state: a
+    non-persistent buffer, never in ``state_dict``, kept exact through ``.to()``,
+    ``.half()``, device moves, ``to_empty()`` and meta-device loading. It starts with the
+    first 4096 positions and grows (doubling, up to ``max_len``) to the largest position
+    used, so a million-position model costs what it uses; it is sliced (default
+    positions) or gathered (explicit ones) at run time. float64 inputs, and compiled or
+    vmapped calls, get cos/sin computed for their positions. The settings are plain
+    values, so a pickled or saved module works in any process. Length-dependent scalings
+    (``DynamicNTK``, ``LongRoPE``) are recomputed per call from the largest position, for
+    queries and keys alike, and so a KV cache keeps raw keys for them
+    (:attr:`caches_encoded_keys`).
 
     Parameters
     ----------
@@ -215,10 +219,13 @@ class RotaryEmbedding(PositionalEncoding):
         first used, not for the whole ``max_len`` (1M positions would be 0.5 GB)."""
         have = self.cos_sin.shape[0]
         rows = rows_to_build(have, last, self.max_len)
-        if rows > have:
-            pos = torch.arange(have, rows, device=self.inv_freq.device)
-            new = cos_sin(pos, self.inv_freq, self.scale, torch.float32)  # (rows - have, r/2, 2)
-            self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
+        if rows > have:  # a normal tensor even when grown under inference_mode: trains later
+            with torch.inference_mode(False), torch.no_grad():
+                pos = torch.arange(have, rows, device=self.inv_freq.device)
+                new = cos_sin(
+                    pos, self.inv_freq, self.scale, torch.float32
+                )  # (rows - have, r/2, 2)
+                self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
 
     def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.

@@ -13,7 +13,7 @@ import torch
 import posenc
 from posenc._checks import check_positive
 from posenc.torch.kernels import rotate_qk
-from posenc.torch.positions import position_tensor
+from posenc.torch.positions import position_tensor, traced
 from posenc.torch.rotary import RotaryEmbedding
 
 __all__ = ["XPos"]
@@ -105,7 +105,7 @@ class XPos(RotaryEmbedding):
 
     def _check_window(self, positions, dtype):
         pos = positions if isinstance(positions, range) else None
-        if pos is None and torch.compiler.is_compiling():
+        if pos is None and traced(positions):  # compiled or vmapped: values out of reach
             return
         if pos is None:
             lo, hi = int(positions.min()), int(positions.max())
