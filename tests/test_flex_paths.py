@@ -13,7 +13,7 @@ from test_kv_cache import LEFT_PAD, LEFT_POS, V, make_lm
 from torch.nn.attention.flex_attention import flex_attention
 
 from posenc.torch import FIRE, KERPLE, ALiBi, NoPE, RotaryEmbedding, T5RelativeBias, _flex
-from posenc.torch.attention import _run, plan, resolve_backend
+from posenc.torch.attention import _run, plan, release, resolve_backend
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 HEADS, HD = 4, 8
@@ -53,7 +53,9 @@ def _both(enc, layout, causal=True):
     kw = {"causal": causal, "key_valid": valid, "heads": HEADS, "dtype": q.dtype,
           "device": q.device, "start": start, "full_kv": full}  # fmt: skip
     with torch.no_grad():
-        dense = _run(q, k, v, plan(enc, qp, kp, backend="sdpa", **kw), HD**-0.5)
+        sdpa = plan(enc, qp, kp, backend="sdpa", **kw)  # holds the mask workspace ...
+        dense = _run(q, k, v, sdpa, HD**-0.5)
+        release(sdpa)  # ... until released, as a model step does
         step = plan(enc, qp, kp, backend="flex", **kw)
         flex = flex_attention(
             q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=HD**-0.5
@@ -81,6 +83,7 @@ def test_unfilled_buffer_slots_are_hidden():
         kw = {"causal": True, "key_valid": None, "heads": HEADS, "dtype": q.dtype}
         step = plan(enc, range(4, 6), range(6), backend="sdpa", device=None, **kw)
         filled = _run(q, k[:, :, :6], v[:, :, :6], step, HD**-0.5)
+        release(step)
     torch.testing.assert_close(dense, filled, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(flex, filled, rtol=1e-5, atol=1e-5)
 
