@@ -288,3 +288,13 @@ def test_flex_backend_cached_decode_with_grid_positions():
         outs = [flex(x[:, :10], pos[:, :10], cache=cache)]
         outs += [flex(x[:, i : i + 1], cache=cache) for i in range(10, 13)]
     torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["axial_half", "mrope"])
+def test_integer_queries_and_keys_are_refused(name):
+    # rotated in integer arithmetic they would be silently wrong, as for 1-D RoPE
+    enc = ENCODINGS[name]()
+    pos = _grid_pos(2, 3, batch=1) if name.startswith("axial") else _mrope_pos(batch=1)
+    q = torch.ones(1, 2, pos.shape[1], HD, dtype=torch.int64)
+    with pytest.raises(ValueError, match="q must be a floating-point tensor, got dtype"):
+        enc.encode_qk(q, q, pos, pos)

@@ -317,6 +317,24 @@ def check_float(name, t) -> torch.Tensor:
     return t
 
 
+def check_qk(q, k, head_dim) -> None:
+    """Refuse queries/keys a query/key hook cannot take: not floating point, not
+    ``(batch, heads, seq, head_dim)``, different batches, or key heads that do not divide
+    the query heads (grouped-query attention)."""
+    for name, t in (("q", q), ("k", k)):
+        check_float(name, t)
+        if t.dim() != 4 or t.shape[-1] != head_dim:
+            raise ValueError(
+                f"{name} must have shape (batch, heads, seq, head_dim={head_dim}), "
+                f"got {tuple(t.shape)}"
+            )
+    if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
+        raise ValueError(
+            "q and k must share batch and k's heads must divide q's, got "
+            f"{tuple(q.shape)} and {tuple(k.shape)}"
+        )
+
+
 def check_heads(encoding, heads) -> None:
     """Refuse an encoding built for another number of heads (its ``heads``, if it has one)."""
     own = getattr(encoding, "heads", None)

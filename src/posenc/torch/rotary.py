@@ -15,7 +15,7 @@ import posenc
 from posenc._checks import check_int
 from posenc.rotary import PAIRINGS
 from posenc.torch._rope_tables import _table_dtype, _table_now, rows_to_build, settings_key
-from posenc.torch.base import PositionalEncoding, check_float
+from posenc.torch.base import PositionalEncoding, check_float, check_qk
 from posenc.torch.kernels import cos_sin, rotate, rotate_qk
 from posenc.torch.positions import (
     checked_positions,
@@ -273,18 +273,7 @@ class RotaryEmbedding(PositionalEncoding):
         return self.inv_freq.device if "inv_freq" in self._buffers else torch.device("cpu")
 
     def _check(self, q, k):
-        for name, t in (("q", q), ("k", k)):
-            check_float(name, t)
-            if t.dim() != 4 or t.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"{name} must have shape (batch, heads, seq, head_dim="
-                    f"{self.head_dim}), got {tuple(t.shape)}"
-                )
-        if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
-            raise ValueError(
-                "q and k must share batch and k's heads must divide q's, got "
-                f"{tuple(q.shape)} and {tuple(k.shape)}"
-            )
+        check_qk(q, k, self.head_dim)
 
     def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
         """Rotate ``q`` and ``k`` by their positions (``k`` may have fewer heads).

@@ -17,7 +17,7 @@ import torch
 
 import posenc
 from posenc._checks import check_dim, check_int
-from posenc.torch.base import PositionalEncoding
+from posenc.torch.base import PositionalEncoding, check_qk
 from posenc.torch.kernels import cos_sin, rotate
 from posenc.torch.positions import max_position, position_arg
 from posenc.torch.rotary import _check_pairing
@@ -103,17 +103,7 @@ class _GridRotary(PositionalEncoding):
         return table[positions[..., self.axis], pair]  # (b|1, seq, r // 2, 2)
 
     def _check(self, q, k):
-        for name, t in (("q", q), ("k", k)):
-            if t.dim() != 4 or t.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"{name} must have shape (batch, heads, seq, head_dim="
-                    f"{self.head_dim}), got {tuple(t.shape)}"
-                )
-        if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
-            raise ValueError(
-                "q and k must share batch and k's heads must divide q's, got "
-                f"{tuple(q.shape)} and {tuple(k.shape)}"
-            )
+        check_qk(q, k, self.head_dim)  # integer q/k refused too, as for 1-D RoPE
 
     def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
         """Rotate ``q`` and ``k`` by their coordinates (``k`` may have fewer heads).
