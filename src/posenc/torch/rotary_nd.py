@@ -6,7 +6,7 @@ positions of every other encoding, read as the point ``(p, ..., p)``. The attent
 and :class:`~posenc.torch.KVCache` pass them on unchanged; the cache's default positions
 continue after each row's largest coordinate (Qwen2-VL's rule for text after an image).
 
-The rotation is RoPE's kernel (``rotate``, the eager/compiled/GPU paths of
+The rotation is RoPE's kernel (``rotate_qk``, the eager/compiled/GPU paths of
 :class:`~posenc.torch.RotaryEmbedding`) fed with a gathered ``[cos, sin]`` table: pair
 ``j`` reads the row of its own axis' coordinate. Tables are derived state, as for RoPE.
 """
@@ -18,7 +18,7 @@ import torch
 import posenc
 from posenc._checks import check_dim, check_int
 from posenc.torch.base import PositionalEncoding, check_qk
-from posenc.torch.kernels import cos_sin, rotate
+from posenc.torch.kernels import cos_sin, rotate_qk
 from posenc.torch.positions import max_position, position_arg
 from posenc.torch.rotary import _check_pairing
 
@@ -129,11 +129,11 @@ class _GridRotary(PositionalEncoding):
             Rotated keys.
         """
         self._check(q, k)
-        cs = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
-        q = rotate(q, cs[:, None], self.pairing, inplace=inplace)  # cs broadcast over heads
-        if q_positions is not k_positions:
-            cs = self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)
-        return q, rotate(k, cs[:, None], self.pairing, inplace=inplace)
+        cs_q = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
+        same = q_positions is k_positions and q.dtype == k.dtype
+        cs_k = cs_q if same else self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)
+        # one launch for q and k where the kernel allows it (as RoPE and xPos)
+        return rotate_qk(q, k, cs_q[:, None], cs_k[:, None], self.pairing, inplace=inplace)
 
     def forward(self, q, k, positions=None):
         """Rotate ``q`` and ``k`` that share positions; returns the rotated pair.
