@@ -678,3 +678,37 @@ def test_configs_hf_refuses_or_reads_elsewhere_raise_clearly():
     assert from_hf(gemma3["text_config"])["head_dim"] == 64
     with pytest.raises(ValueError, match="HF derives it"):
         from_hf({**small(), "model_type": "mistral4"})
+
+
+def test_head_dim_defaults_are_those_of_hf_config_classes():
+    # a dict without head_dim: every config class of transformers says what head_dim is
+    # for hidden_size=3072 and 12 heads (256 when derived, the class default when fixed)
+    import warnings
+
+    from transformers import CONFIG_MAPPING
+
+    from posenc import _hf
+
+    checked = 0
+    for model_type, cls in sorted(CONFIG_MAPPING.items()):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = cls(hidden_size=3072, num_attention_heads=12).to_dict().get("head_dim")
+        except Exception:  # classes that need other arguments to exist at all
+            continue
+        if want is None:
+            continue
+        cfg = {"model_type": model_type, "hidden_size": 3072, "num_attention_heads": 12}
+        assert _hf._head_dim(cfg) == want, model_type
+        checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("model_type, head_dim", [("gemma", 256), ("qwen3", 128), ("glm", 128)])
+def test_a_dict_without_head_dim_gets_the_class_default(model_type, head_dim):
+    cfg = {"model_type": model_type, "hidden_size": 1024, "num_attention_heads": 16,
+           "max_position_embeddings": 512, "rope_theta": 10000.0}  # fmt: skip
+    hf = AutoConfig.for_model(**copy.deepcopy(cfg))
+    assert hf.head_dim == head_dim != 1024 // 16
+    assert from_hf(cfg)["head_dim"] == from_hf(hf)["head_dim"] == head_dim

@@ -44,6 +44,35 @@ _DERIVED_PARTIAL = {
     "minimax_m2": "rotary_dim / head_dim",
     "deepseek_v4": "qk_rope_head_dim / head_dim",
 }
+# Config classes whose head_dim default is a number, not hidden_size // num_attention_heads
+# (Gemma: 256, Qwen3: 128, ...): a dict without head_dim gets the class default, as HF's
+# class does; tests/test_from_hf.py checks this against every class of transformers 5.23.0
+_CLASS_HEAD_DIM = {
+    **dict.fromkeys(("axk2", "minicpm3"), 32),
+    **dict.fromkeys(("axk1", "bailing_hybrid", "deepseek_v2", "deepseek_v3", "deepseek_v32",
+        "gemma4_vision", "glm_moe_dsa", "gpt_oss", "hy_v4", "kimi_linear",
+        "kosmos_2_5_vision_model", "longcat_flash", "mistral_large4_text", "muse_spark_text",
+        "neomme", "neucodec", "openai_privacy_filter", "qwen2_5_omni_dit",
+        "voxtral_realtime_encoder", "xcodec2", "youtu"), 64),
+    **dict.fromkeys(("molmo2_adapter", "molmo2_vision"), 72),
+    **dict.fromkeys(("timesfm", "timesfm2_5"), 80),
+    **dict.fromkeys(("afmoe", "canary_decoder", "cohere2_moe", "cosmos3_edge_text", "cwm",
+        "dia_decoder", "dia_encoder", "ernie4_5", "flint", "glm", "glm4", "helium",
+        "higgs_audio_v2", "hrm_text", "hy_v3", "inkling2_text", "inkling_text", "internlm3",
+        "iquestcoder", "kolibri1", "laguna", "lfm3", "llama4_text", "mellum", "minimax_m2",
+        "minimax_m3_vl_text", "ministral3", "mistral4", "molmo2_text", "muse_glimmer_assistant",
+        "muse_glimmer_text", "nemotron_h", "paddleocr_vl_text", "pe_audio_encoder",
+        "pe_audio_video_encoder", "pe_video_encoder", "qwen2_5_omni_talker", "qwen3",
+        "qwen3_omni_moe_talker_code_predictor", "qwen3_vl_text", "seed_oss", "solar_open",
+        "step3p5", "zaya"), 128),
+    **dict.fromkeys(("mimo_v2_flash",), 192),
+    **dict.fromkeys(("diffusion_gemma_text", "embedding_gemma2_text", "gemma", "gemma2",
+        "gemma3_text", "gemma3n_text", "gemma4_text", "gemma4_unified_text", "qwen3_5_moe_text",
+        "qwen3_5_text", "qwen3_next", "qwen4_exp_text", "t5_gemma_module", "t5gemma2_decoder",
+        "t5gemma2_text", "vaultgemma"), 256),
+    **dict.fromkeys(("deepseek_v4",), 512),
+    **dict.fromkeys(("musicflamingo",), 1280),
+}  # fmt: skip
 _WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 
 
@@ -124,6 +153,8 @@ def _partial_factor(cfg, params, model_type):
 def _head_dim(cfg):
     if cfg.get("head_dim") is not None:  # 0 is refused, not taken for "absent"
         return check_int("head_dim", cfg["head_dim"], minimum=1)
+    if cfg.get("model_type") in _CLASS_HEAD_DIM:
+        return _CLASS_HEAD_DIM[cfg["model_type"]]
     for key in ("hidden_size", "num_attention_heads"):
         if cfg.get(key) is None:
             hint = "; a multimodal config holds them in text_config" if "text_config" in cfg else ""
@@ -175,7 +206,8 @@ def from_hf(config):
     Returns
     -------
     dict
-        ``head_dim`` (``head_dim``, else ``hidden_size // num_attention_heads``), ``base``,
+        ``head_dim`` (``head_dim``, else the config class's default where it is a number, as
+        Gemma's 256, else ``hidden_size // num_attention_heads``), ``base``,
         ``scaling`` (a :mod:`posenc.scaling` object, None for ``"default"``), ``rotary_dim``
         (``int(head_dim * partial_rotary_factor)``, None when the whole head rotates) and
         ``max_len`` (``max_position_embeddings``, or the context a scaling reaches if
