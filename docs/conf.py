@@ -252,7 +252,7 @@ def _unexecuted_notebook(app, docname, out_dir):
 
 
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json",
-                 "length_generalisation.jsonl"]  # fmt: skip
+                 "length_generalisation.jsonl", "length_generalisation_heldout.jsonl"]  # fmt: skip
 
 
 def _copy_bench_results(app, config):
