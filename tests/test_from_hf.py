@@ -682,7 +682,8 @@ def test_configs_hf_refuses_or_reads_elsewhere_raise_clearly():
 
 def test_head_dim_defaults_are_those_of_hf_config_classes():
     # a dict without head_dim: every config class of transformers says what head_dim is
-    # for hidden_size=3072 and 12 heads (256 when derived, the class default when fixed)
+    # for hidden_size=1200 and 12 heads (100 when derived, the class default when fixed;
+    # no class default is 100, so a class missing from posenc's table cannot pass)
     import warnings
 
     from transformers import CONFIG_MAPPING
@@ -694,12 +695,12 @@ def test_head_dim_defaults_are_those_of_hf_config_classes():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                want = cls(hidden_size=3072, num_attention_heads=12).to_dict().get("head_dim")
+                want = cls(hidden_size=1200, num_attention_heads=12).to_dict().get("head_dim")
         except Exception:  # classes that need other arguments to exist at all
             continue
         if want is None:
             continue
-        cfg = {"model_type": model_type, "hidden_size": 3072, "num_attention_heads": 12}
+        cfg = {"model_type": model_type, "hidden_size": 1200, "num_attention_heads": 12}
         assert _hf._head_dim(cfg) == want, model_type
         checked += 1
     assert checked > 100
