@@ -399,3 +399,9 @@ def test_gradients_flow_and_match_reference(pairing):
         torch.testing.assert_close(rot.rope(q, k)[0], qr.detach())
     with pytest.raises(ValueError, match="out= needs plain eager inference"):
         rot.rope(q, k, out=(torch.empty_like(q), torch.empty_like(k)))
+
+
+@pytest.mark.parametrize("convert", [interleaved_to_half, half_to_interleaved])
+def test_pairing_conversion_refuses_rows_not_a_multiple_of_head_dim(convert):
+    with pytest.raises(ValueError, match=r"^weight rows must be a multiple of head_dim=8, got 12$"):
+        convert(torch.zeros(12, 5), head_dim=8)
