@@ -350,7 +350,8 @@ def test_out_buffers_equal_allocating_path_and_are_validated():
     torch.testing.assert_close(y, expected[0])
     with pytest.raises(ValueError, match="out must not share memory with the input"):
         apply_rope(q, out=q)
-    with pytest.raises(ValueError, match="^out must be two buffers sharing memory with nothing else$"):
+    alone = "^out must be two buffers sharing memory with nothing else$"
+    with pytest.raises(ValueError, match=alone):
         rot.rope(q, k, out=(k, torch.empty_like(k)))  # q's result would overwrite k
     with pytest.raises(ValueError, match="out must match x"):
         apply_rope(q, out=torch.empty(2, 3, 20, 16, dtype=torch.float64))
