@@ -73,7 +73,7 @@ def main(argv=None):
         print(f"{module:<40} {dict(c)}; equivalent {len(eq)}; score {s:.1%}")
         record[module] = {**{k: c[k] for k in ("killed", "survived", "not covered", "timeouts",
                                                "not run")},
-                          "equivalent": eq, "score": round(s, 4)}  # fmt: skip
+                          "equivalent": eq, "score": round(s, 4) if s == s else None}  # fmt: skip
     for name, outcome in survivors:
         if name not in equivalent:
             print(f"  {outcome}: {name}")
