@@ -7,10 +7,9 @@ pins one behaviour a user meets when a cache and a model do not fit together.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from expect import raises_exactly
 
 import posenc
 from posenc.torch import KVCache, MRoPE, MultiHeadAttention, RotaryEmbedding
@@ -18,10 +17,6 @@ from posenc.torch import KVCache, MRoPE, MultiHeadAttention, RotaryEmbedding
 DIM, HEADS, KV = 48, 4, 2
 HD = DIM // HEADS
 MADE = "; make the cache with the model's new_cache (after any .to())"
-
-
-def _exact(message):
-    return pytest.raises(ValueError, match=f"^{re.escape(message)}$")
 
 
 def _mha(enc, dtype=torch.float64):
@@ -52,14 +47,14 @@ def test_a_cache_that_does_not_fit_the_model_says_what_differs():
          f"({KV}, {HD}, {HD}){MADE}"),
     ]  # fmt: skip
     for cache, message in bad:
-        with _exact(message):
+        with raises_exactly(message):
             attn(x, cache=cache)
 
 
 def test_keys_of_another_batch_size_are_refused_with_the_expected_shape():
     cache = KVCache(layers=1, batch=3, max_len=4, kv_heads=2, key_dim=5, value_dim=5)
     cache._begin(None, None, 3, 2)
-    with _exact("keys must have shape (batch, kv_heads, n, key_dim) = (3, 2, n, 5), "
+    with raises_exactly("keys must have shape (batch, kv_heads, n, key_dim) = (3, 2, n, 5), "
                 "got (2, 2, 2, 5)"):  # fmt: skip
         cache._store(0, 0, torch.zeros(2, 2, 2, 5), torch.zeros(2, 2, 2, 5))
 
@@ -81,7 +76,7 @@ def test_a_range_step_into_a_grid_cache_is_the_text_point_p_p_p():
     grid = KVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2)
     grid._begin(torch.zeros(2, 1, 3, dtype=torch.long), None, 2, 1)
     grid._commit()
-    with _exact("positions must have n_axes=3 (the cache's), got torch.Size([2, 1, 2])"):
+    with raises_exactly("positions must have n_axes=3 (the cache's), got torch.Size([2, 1, 2])"):
         grid._begin(torch.zeros(2, 1, 2, dtype=torch.long), None, 2, 1)
 
 

@@ -7,11 +7,10 @@ the scaling must see: the last position of queries *and* keys, plus one.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import torch
+from expect import raises_exactly
 
 import posenc
 from posenc.scaling import DynamicNTK
@@ -19,10 +18,6 @@ from posenc.torch import RotaryEmbedding, apply_rope
 
 HD = 8
 SCALING = DynamicNTK(2.0, 8)  # the rates change for every length past 8
-
-
-def _exact(message):
-    return pytest.raises(ValueError, match=f"^{re.escape(message)}$")
 
 
 def _ref(x, positions, seq_len):
@@ -78,11 +73,11 @@ def test_apply_rope_feeds_seq_len_to_a_length_dependent_scaling(seq_len):
 
 def test_apply_rope_refusals():
     x = torch.zeros(1, 1, 2, HD)
-    with _exact("seq_len must be >= 1, got 0"):
+    with raises_exactly("seq_len must be >= 1, got 0"):
         apply_rope(x, scaling=SCALING, seq_len=0)
-    with _exact("seq_len must be an integer, got 2.5"):
+    with raises_exactly("seq_len must be an integer, got 2.5"):
         apply_rope(x, scaling=SCALING, seq_len=2.5)
-    with _exact("x must have shape (batch, heads, seq, head_dim), got (2, 8)"):
+    with raises_exactly("x must have shape (batch, heads, seq, head_dim), got (2, 8)"):
         apply_rope(torch.zeros(2, HD))
 
 
@@ -90,14 +85,15 @@ def test_rotary_embedding_defaults_and_refusals():
     rope = RotaryEmbedding(HD)
     assert rope.max_len == 4096 and rope.base == 10_000.0 and rope.pairing == "half"
     assert RotaryEmbedding(HD, max_len=1).max_len == 1
-    with _exact("max_len must be >= 1, got 0"):
+    with raises_exactly("max_len must be >= 1, got 0"):
         RotaryEmbedding(HD, max_len=0)
-    with _exact("max_len must be an integer, got 2.0"):
+    with raises_exactly("max_len must be an integer, got 2.0"):
         RotaryEmbedding(HD, max_len=2.0)
     q4, k3 = torch.zeros(1, 2, 3, HD), torch.zeros(1, 2, 3)  # same size at dim 2: only 3-D
-    with _exact(f"q and k must be 4-D with the same seq, got (1, 2, 3, {HD}) and (1, 2, 3)"):
+    shapes = "q and k must be 4-D with the same seq, got"
+    with raises_exactly(f"{shapes} (1, 2, 3, {HD}) and (1, 2, 3)"):
         rope(q4, k3)
-    with _exact(f"q and k must be 4-D with the same seq, got (1, 2, 3) and (1, 2, 3, {HD})"):
+    with raises_exactly(f"{shapes} (1, 2, 3) and (1, 2, 3, {HD})"):
         rope(k3, q4)
-    with _exact(f"q and k must be 4-D with the same seq, got (1, 2, 3, {HD}) and (1, 2, 4, {HD})"):
+    with raises_exactly(f"{shapes} (1, 2, 3, {HD}) and (1, 2, 4, {HD})"):
         rope(q4, torch.zeros(1, 2, 4, HD))

@@ -5,10 +5,9 @@ on the device asked for, and a refusal says the expected shape.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from expect import raises_exactly
 
 from posenc.torch import MultiHeadAttention, RotaryEmbedding, StaticKVCache
 
@@ -72,5 +71,5 @@ def test_keys_of_another_shape_are_refused_with_the_expected_shape():
     for k in (torch.zeros(2, 2, 1, 5), torch.zeros(2, 3, 1, 4)):  # wrong heads; wrong width
         expected = "keys must have shape (batch, kv_heads, n, key_dim) = (2, 3, n, 5)"
         message = f"{expected}, got {tuple(k.shape)}"
-        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        with raises_exactly(message):
             cache._store(0, cache.filled, k, k)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -70,10 +71,11 @@ def main(argv=None):
         eq = {n: r for n, r in eq.items() if (n, "survived") in survivors
               or (n, "not covered") in survivors}  # fmt: skip
         s = score(c, len(eq))
+        rounded = None if math.isnan(s) else round(s, 4)  # JSON has no NaN: a module not run
         print(f"{module:<40} {dict(c)}; equivalent {len(eq)}; score {s:.1%}")
         record[module] = {**{k: c[k] for k in ("killed", "survived", "not covered", "timeouts",
                                                "not run")},
-                          "equivalent": eq, "score": round(s, 4) if s == s else None}  # fmt: skip
+                          "equivalent": eq, "score": rounded}  # fmt: skip
     for name, outcome in survivors:
         if name not in equivalent:
             print(f"  {outcome}: {name}")
