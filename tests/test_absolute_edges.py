@@ -45,3 +45,10 @@ def test_any_real_offset_is_read_as_float64(offset):
 def test_list_of_fractions_offset():
     got = posenc.sinusoidal_dot([Fraction(1, 4), Fraction(3, 2)], 4)
     np.testing.assert_allclose(got, [_dot_formula(0.25, 4), _dot_formula(1.5, 4)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("offset", ["1.5", True, [1, 2j], np.array([b"2"])])
+def test_offsets_that_are_not_real_numbers_are_refused(offset):
+    # np.asarray(..., float64) would read "1.5" as 1.5 and True as 1.0 without a word
+    with pytest.raises(ValueError, match="^offset must hold real numbers, got "):
+        posenc.sinusoidal_dot(offset, 8)

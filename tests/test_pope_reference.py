@@ -64,3 +64,14 @@ def test_pope_refusals():
     with raises_exactly("delta must end in head_dim=4, got shape (3,)"):
         posenc.pope_scores(np.zeros((1, 2, 4)), np.zeros((1, 2, 4)), range(2), range(2),
                            delta=np.zeros(3))  # fmt: skip
+
+
+def test_per_row_positions_with_no_keys_or_no_rows_give_empty_scores():
+    q = np.ones((2, 3, 4))
+    got = posenc.pope_scores(q, np.ones((2, 0, 4)), np.zeros((2, 3)), np.zeros((2, 0)))
+    assert got.shape == (2, 3, 0) and got.dtype == np.float64
+    none = posenc.pope_scores(np.ones((0, 3, 4)), np.ones((0, 2, 4)), np.zeros((0, 3)),
+                              np.zeros((0, 2)))  # fmt: skip
+    assert none.shape == (0, 3, 2)
+    with raises_exactly("k_positions must be non-negative, got -1"):  # rows still checked
+        posenc.pope_scores(q, np.ones((2, 2, 4)), np.zeros((2, 3)), [[0, 1], [0, -1]])

@@ -73,3 +73,16 @@ def test_keys_of_another_shape_are_refused_with_the_expected_shape():
         message = f"{expected}, got {tuple(k.shape)}"
         with raises_exactly(message):
             cache._store(0, cache.filled, k, k)
+
+
+def test_a_padding_mask_on_another_device_is_moved_to_the_cache(monkeypatch):
+    # A CPU mask with a CUDA cache is the real case; a meta cache stands in for it here. The
+    # eager check reads `filled` with int(), which meta cannot, so take the compiled branch
+    # (a device-side assert), as torch.compile does.
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    cache = StaticKVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2,
+                          device="meta")  # fmt: skip
+    mask = torch.tensor([[False, True], [True, True]])  # on the CPU
+    _, q_pos, k_pos, key_valid = cache._begin(None, mask, 2, 2)
+    assert cache.valid.device.type == "meta" and key_valid.device.type == "meta"
+    assert q_pos.shape == (2, 2) and k_pos.shape == key_valid.shape == (2, 4)

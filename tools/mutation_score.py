@@ -5,10 +5,11 @@ survived + not covered - equivalent), with timeouts counted as killed. Survivors
 equivalent (they cannot change any result) are listed with their reason in
 ``tools/mutation_equivalent.json`` (``{"mutant name": "reason"}``) and left out of the score.
 
-``--json PATH`` also writes the per-module counts, the equivalent survivors used and the
-git commit to ``PATH`` (the committed record is ``benchmarks/results/mutation.json``);
-modules already in that file and not in this run are kept, so a run module by module
-accumulates one record.
+``--json PATH`` also writes, per module, the counts, the equivalent survivors used, the
+other survivors' names (so a later session can re-run just those: ``mutmut run NAME ...``)
+and the git commit of the code that was run to ``PATH`` (the committed record is
+``benchmarks/results/mutation.json``). A module of which this run executed no mutant keeps
+its entry from that file, so a run module by module accumulates one record.
 """
 
 from __future__ import annotations
@@ -73,18 +74,24 @@ def main(argv=None):
         s = score(c, len(eq))
         rounded = None if math.isnan(s) else round(s, 4)  # JSON has no NaN: a module not run
         print(f"{module:<40} {dict(c)}; equivalent {len(eq)}; score {s:.1%}")
+        left = sorted(n for n, _ in survivors if module_of(n) == module and n not in eq)
         record[module] = {**{k: c[k] for k in ("killed", "survived", "not covered", "timeouts",
                                                "not run")},
-                          "equivalent": eq, "score": rounded}  # fmt: skip
+                          "equivalent": eq, "survivors": left, "score": rounded}  # fmt: skip
     for name, outcome in survivors:
         if name not in equivalent:
             print(f"  {outcome}: {name}")
     if args.json:
         old = json.loads(args.json.read_text()) if args.json.exists() else {}
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-        modules = old.get("modules", {}) | record
-        args.json.write_text(json.dumps({"commit": commit.stdout.strip() or None,
-                                         "modules": modules}, indent=1) + "\n")  # fmt: skip
+        head = commit.stdout.strip() or None
+        modules = old.get("modules", {})
+        for module, entry in record.items():
+            ran = entry["killed"] + entry["survived"] + entry["not covered"]
+            if ran or module not in modules:  # a module this run did not reach keeps its entry
+                modules[module] = {"commit": head, **entry}
+        args.json.write_text(json.dumps({"commit": head, "modules": dict(sorted(modules.items()))},
+                                        indent=1) + "\n")  # fmt: skip
         print(f"{len(record)} modules -> {args.json}")
 
 

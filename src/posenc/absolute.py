@@ -197,6 +197,8 @@ def sinusoidal_dot(offset, dim: int, *, base: float = 10_000.0):
     >>> posenc.sinusoidal_dot([1, 2], 4).round(4)
     array([1.5403, 0.5837])
     """
+    if np.asarray(offset).dtype.kind in "bcSU":  # not True, 1j or "1.5"; Fraction is fine
+        raise ValueError(f"offset must hold real numbers, got {offset!r}")
     k = np.asarray(offset, dtype=np.float64)
     if not np.all(np.isfinite(k)):
         raise ValueError(f"offset must be finite, got {offset!r}")

@@ -112,8 +112,9 @@ def _pos(name, positions, x):
     if pos.ndim <= 1:
         pos = check_positions(positions, name)
     else:  # one row per leading index: each row checked like a 1-D array
-        pos = np.stack([check_positions(row, name) for row in pos.reshape(-1, pos.shape[-1])])
-        pos = pos.reshape(np.asarray(positions).shape)
+        lead = int(np.prod(pos.shape[:-1]))  # rows, counted even when they are empty
+        rows = [check_positions(row, name) for row in pos.reshape(lead, pos.shape[-1])]
+        pos = np.stack(rows).reshape(pos.shape) if rows else np.zeros(pos.shape, np.int64)
     if pos.shape[-1] != x.shape[-2]:
         raise ValueError(f"{name} must have {x.shape[-2]} entries, got {pos.shape[-1]}")
     return pos.astype(np.float64)

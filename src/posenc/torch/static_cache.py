@@ -116,7 +116,8 @@ class StaticKVCache(KVCache):
         q_pos = q_pos.to(self.positions.device)
         self.positions.index_copy_(1, new, q_pos.expand(batch, n))
         real = torch.ones(batch, n, dtype=torch.bool, device=self.valid.device)
-        self.valid.index_copy_(1, new, real if padding_mask is None else padding_mask)
+        mask = real if padding_mask is None else padding_mask.to(self.valid.device)
+        self.valid.index_copy_(1, new, mask)  # (batch, max_len)
         self._pending = (n, q_pos[:, -1:] + 1)
         if self.per_row:
             k_pos, key_valid = self.positions, self.valid & (self.slots < stop)  # (b, max_len)
