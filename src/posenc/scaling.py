@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc._checks import check_int, check_positive
+from posenc._checks import check_dim, check_int, check_positive
 
 __all__ = ["Scaling", "Linear", "NTK", "DynamicNTK", "YaRN", "Llama3", "LongRoPE", "Proportional"]
 __all__ += ["from_hf"]
 
 
 def _default_inv_freq(dim: int, base: float) -> np.ndarray:
+    check_dim("dim", dim)  # inv_freq may be called directly, not only by rope_frequencies
     return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)  # (dim // 2,)
 
 
@@ -164,6 +165,10 @@ class YaRN(Scaling):
         check_positive("beta_slow", self.beta_slow)
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
+        for name in ("mscale", "mscale_all_dim"):  # 0 is allowed: it switches the pair off
+            value = getattr(self, name)
+            if value is not None and value != 0:
+                check_positive(name, value)
 
     def _scale(self):
         def get_mscale(scale, m=1.0):
@@ -289,8 +294,14 @@ class LongRoPE(Scaling):
         if self.short_mscale is not None:
             check_positive("short_mscale", self.short_mscale)
             check_positive("long_mscale", self.long_mscale)
+        elif self.attention_factor is None and self.factor > 1 and self.original_max_len == 1:
+            raise ValueError(  # the default scale divides by log(original_max_len)
+                "original_max_len must be at least 2 when factor > 1 sets the attention scale, "
+                "got 1"
+            )
 
     def inv_freq(self, dim, base, seq_len=None):
+        check_dim("dim", dim)
         use_long = seq_len is not None and seq_len > self.original_max_len
         ext = np.asarray(self.long_factor if use_long else self.short_factor)
         if ext.shape != (dim // 2,):
@@ -331,6 +342,7 @@ class Proportional(Scaling):
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
 
     def inv_freq(self, dim, base, seq_len=None):
+        check_dim("dim", dim)
         rotated = int(self.fraction * dim // 2)
         inv = np.zeros(dim // 2)
         inv[:rotated] = base ** (-np.arange(0, 2 * rotated, 2, dtype=np.float64) / dim)
