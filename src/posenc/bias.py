@@ -88,11 +88,6 @@ def relative_positions(q_positions, k_positions) -> np.ndarray:
     return qp[..., :, None] - kp[..., None, :]  # (..., seq_q, seq_k)
 
 
-def _per_head(values, rel):
-    """``values`` (heads, ...) against ``rel`` (..., sq, sk): heads before the last two axes."""
-    return np.moveaxis(values, 0, -3) if rel.ndim == 3 else values
-
-
 def alibi_bias(slopes, q_positions, k_positions, *, symmetric=False) -> np.ndarray:
     r"""ALiBi: a linear penalty :math:`B_{h,i,j} = -m_h\,(i - j)` on the scores.
 
@@ -149,7 +144,7 @@ def t5_buckets(relative, *, bidirectional=True, num_buckets=32, max_distance=128
     bidirectional : bool
         Encoder-style (both directions) or decoder-style (causal).
     num_buckets : int
-        Number of buckets; even when bidirectional.
+        Number of buckets; even and at least 4 when bidirectional.
     max_distance : int
         Distances at or beyond it share the last bucket; must exceed ``num_buckets // 2``.
 
@@ -170,6 +165,8 @@ def t5_buckets(relative, *, bidirectional=True, num_buckets=32, max_distance=128
     max_distance = check_int("max_distance", max_distance, minimum=1)
     if bidirectional and num_buckets % 2:
         raise ValueError(f"num_buckets must be even when bidirectional, got {num_buckets}")
+    if bidirectional and num_buckets < 4:  # per direction: exact buckets, then log buckets
+        raise ValueError(f"num_buckets must be >= 4 when bidirectional, got {num_buckets}")
     if max_distance <= num_buckets // 2:
         raise ValueError(
             f"max_distance must be > num_buckets // 2 = {num_buckets // 2}, got {max_distance}"
