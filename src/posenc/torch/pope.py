@@ -16,7 +16,7 @@ import posenc
 from posenc._checks import check_int, check_positive
 from posenc.torch.base import PositionalEncoding, check_float
 from posenc.torch.kernels import needs_expr
-from posenc.torch.positions import position_tensor
+from posenc.torch.positions import check_fits, position_tensor
 
 __all__ = ["PoPE"]
 
@@ -142,6 +142,8 @@ class PoPE(PositionalEncoding):
                 f"q must have heads={self.heads} and k's heads must divide them, "
                 f"got {tuple(q.shape)} and {tuple(k.shape)}"
             )
+        check_fits("q_positions", q_positions, q)
+        check_fits("k_positions", k_positions, k)
         self._materialize(q.device)  # theta still on meta after load_state_dict(assign=True)
         work = torch.float64 if q.dtype == torch.float64 else torch.float32
         phase_q = self._phases(q_positions, work)[:, None] - self.raw_delta.to(work)[:, None]

@@ -213,6 +213,23 @@ def relative_positions(q_positions, k_positions, device=None) -> torch.Tensor:
     return qp[:, :, None] - kp[:, None, :]  # (b|1, sq, sk)
 
 
+def check_fits(name: str, positions, x: torch.Tensor) -> None:
+    """A hook's guard: ``positions`` (a ``range`` or ``(batch|1, seq)``) fit ``x``
+    ``(batch, heads, seq, head_dim)``. Shapes only: no value is read, so no device sync.
+    """
+    batch, seq = x.shape[0], x.shape[-2]
+    if isinstance(positions, range):
+        ok, got = len(positions) == seq, f"{positions}"
+    else:
+        shape = tuple(positions.shape)
+        ok, got = positions.dim() == 2 and shape[1] == seq and shape[0] in (1, batch), shape
+    if not ok:
+        raise ValueError(
+            f"{name} must be a range of {seq} or have shape (batch|1, seq) with batch {batch} "
+            f"and seq {seq}, got {got}"
+        )
+
+
 def len_of(positions) -> int:
     """Number of positions in a ``range`` or a ``(b|1, seq)`` / ``(b|1, seq, n_axes)`` tensor."""
     return len(positions) if isinstance(positions, range) else positions.shape[1]

@@ -18,6 +18,7 @@ from posenc.torch._rope_tables import _table_dtype, _table_now, rows_to_build, s
 from posenc.torch.base import PositionalEncoding, check_float, check_qk
 from posenc.torch.kernels import cos_sin, rotate, rotate_qk
 from posenc.torch.positions import (
+    check_fits,
     checked_positions,
     max_position,
     position_arg,
@@ -299,6 +300,8 @@ class RotaryEmbedding(PositionalEncoding):
             Rotated keys.
         """
         self._check(q, k)
+        check_fits("q_positions", q_positions, q)
+        check_fits("k_positions", k_positions, k)
         same = q_positions is k_positions or (
             isinstance(q_positions, range) and q_positions == k_positions
         )
