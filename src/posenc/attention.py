@@ -52,7 +52,10 @@ def attention(q, k, v, *, mask=None, bias=None):
            [2.3396]])
     """
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-    if q.ndim < 2 or q.shape[-1] != k.shape[-1]:
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., seq, dim), got {a.shape}")
+    if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must share head_dim on their last axis, got {q.shape} and {k.shape}"
         )
@@ -66,7 +69,10 @@ def attention(q, k, v, *, mask=None, bias=None):
         if not mask.any(axis=-1).all():
             raise ValueError("mask leaves a query with no key to attend to")
         scores = np.where(mask, scores, -np.inf)
-    scores = scores - scores.max(axis=-1, keepdims=True)
+    top = scores.max(axis=-1, keepdims=True)  # (..., seq_q, 1)
+    if np.isneginf(top).any():  # softmax of a row of -inf is 0 / 0
+        raise ValueError("bias leaves a query with no key to attend to (a row of -inf)")
+    scores = scores - top
     weights = np.exp(scores)  # (..., seq_q, seq_k)
     weights /= weights.sum(axis=-1, keepdims=True)
     return weights @ v, weights  # (..., seq_q, v_dim), (..., seq_q, seq_k)
