@@ -70,6 +70,10 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
+        # the work dtype follows torch's default dtype at construction, not at each call
+        self.__dict__["_work"] = (
+            torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+        )
 
     def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
         """Add position to token embeddings (default: return ``x`` unchanged).

@@ -111,7 +111,8 @@ class ALiBi(_ScoreBias):
         rel = relative_positions(q_positions, k_positions, self.slopes.device).to(work)
         dist = rel.abs() if self.symmetric else rel  # (b|1, sq, sk)
         neg = -self.slopes.to(work)[:, None, None]  # (heads, 1, 1)
-        if out is not None and out.shape == (dist.shape[0], self.heads, *dist.shape[1:]):
+        fits = out is not None and out.shape == (dist.shape[0], self.heads, *dist.shape[1:])
+        if fits and out.is_floating_point():  # an int buffer would truncate: not used
             return _product_into(out, dist[:, None], neg)  # (b|1, heads, sq, sk)
         return dist[:, None] * neg  # (b|1, heads, sq, sk)
 
