@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 import posenc
-from posenc.torch import PoPE, RotaryEmbedding, XPos
+from posenc.torch import AxialRotaryEmbedding, PoPE, RotaryEmbedding, XPos
 
 
 def _scores(q2, k2):
@@ -217,3 +217,15 @@ def test_hooks_refuse_positions_that_do_not_fit_q_or_k(make):
         enc.encode_qk(q, q, range(1), torch.tensor([1]))
     two = torch.randn(2, 2, 1, 4)  # (1, seq) positions are shared by the batch
     assert enc.encode_qk(two, two, torch.tensor([[5]]), range(1))[0].shape[:3] == (2, 2, 1)
+
+
+def test_hooks_refuse_a_stepped_range_and_grid_hooks_misfitting_coordinates():
+    q = torch.randn(1, 2, 4, 8)
+    with raises_exactly("q_positions must be a range of 4 or have shape (batch|1, seq) with "
+                        "batch 1 and seq 4, got range(0, 8, 2)"):  # fmt: skip
+        RotaryEmbedding(8).encode_qk(q, q, range(0, 8, 2), range(4))
+    axial, grid = AxialRotaryEmbedding(8), torch.zeros(3, 4, 2, dtype=torch.long)
+    with raises_exactly("k_positions must be a range of 4 or have shape (batch|1, seq) or "
+                        "(batch|1, seq, 2) with batch 1 and seq 4, got (3, 4, 2)"):  # fmt: skip
+        axial.encode_qk(q, q, grid[:1], grid)
+    assert axial.encode_qk(q, q, grid[:1], range(4))[0].shape == (1, 2, 4, 8)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from expect import raises_exactly
 
-from posenc.scaling import DynamicNTK, Llama3, LongRoPE, Proportional, YaRN
+from posenc.scaling import NTK, DynamicNTK, Llama3, LongRoPE, Proportional, YaRN
 
 TAU = 2 * math.pi
 POS = "must be a positive finite number, got"
@@ -264,3 +264,12 @@ def test_llama3_wavelength_on_high_bound_takes_smooth_formula():
     assert want != 1.0
     inv, _ = Llama3(8.0, lff, hff, orig).inv_freq(8, 1e4)
     assert inv[0] == want
+
+
+@pytest.mark.parametrize("scaling", [NTK(2.0), DynamicNTK(2.0, 8)])
+def test_ntk_needs_dim_four(scaling):
+    # base * factor ** (dim / (dim - 2)) divides by zero at dim 2
+    with raises_exactly("dim must be >= 4 for NTK scaling (base ** (dim / (dim - 2))), got 2"):
+        scaling.inv_freq(2, 1e4, 64)
+    inv, _ = NTK(2.0).inv_freq(4, 100.0)
+    np.testing.assert_allclose(inv, [1.0, (100.0 * 2.0**2) ** -0.5], rtol=1e-15)  # 4 / (4 - 2)

@@ -92,6 +92,8 @@ class NTK(Scaling):
         check_positive("factor", self.factor)
 
     def inv_freq(self, dim, base, seq_len=None):
+        if check_dim("dim", dim) == 2:
+            raise ValueError("dim must be >= 4 for NTK scaling (base ** (dim / (dim - 2))), got 2")
         return _default_inv_freq(dim, base * self.factor ** (dim / (dim - 2))), 1.0
 
 
@@ -182,6 +184,8 @@ class YaRN(Scaling):
         return get_mscale(self.factor)
 
     def inv_freq(self, dim, base, seq_len=None):
+        check_dim("dim", dim)
+
         def correction_dim(rotations):  # dimension index that turns `rotations` times
             turns = self.original_max_len / (rotations * 2 * math.pi)
             return dim * math.log(turns) / (2 * math.log(base))

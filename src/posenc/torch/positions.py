@@ -213,20 +213,24 @@ def relative_positions(q_positions, k_positions, device=None) -> torch.Tensor:
     return qp[:, :, None] - kp[:, None, :]  # (b|1, sq, sk)
 
 
-def check_fits(name: str, positions, x: torch.Tensor) -> None:
-    """A hook's guard: ``positions`` (a ``range`` or ``(batch|1, seq)``) fit ``x``
+def check_fits(name: str, positions, x: torch.Tensor, *, axes: int = 1) -> None:
+    """A hook's guard: ``positions`` (a ``range`` of step 1, ``(batch|1, seq)``, or with
+    ``axes > 1`` also ``(batch|1, seq, axes)`` coordinates) fit ``x``
     ``(batch, heads, seq, head_dim)``. Shapes only: no value is read, so no device sync.
     """
     batch, seq = x.shape[0], x.shape[-2]
     if isinstance(positions, range):
-        ok, got = len(positions) == seq, f"{positions}"
+        ok, got = len(positions) == seq and positions.step == 1, f"{positions}"
     else:
         shape = tuple(positions.shape)
-        ok, got = positions.dim() == 2 and shape[1] == seq and shape[0] in (1, batch), shape
+        grid = axes > 1 and positions.dim() == 3  # the count of axes: checked by the reader
+        ok = (positions.dim() == 2 or grid) and shape[1] == seq and shape[0] in (1, batch)
+        got = shape
     if not ok:
+        also = "" if axes == 1 else f" or (batch|1, seq, {axes})"
         raise ValueError(
-            f"{name} must be a range of {seq} or have shape (batch|1, seq) with batch {batch} "
-            f"and seq {seq}, got {got}"
+            f"{name} must be a range of {seq} or have shape (batch|1, seq){also} with batch "
+            f"{batch} and seq {seq}, got {got}"
         )
 
 

@@ -19,7 +19,7 @@ import posenc
 from posenc._checks import check_dim, check_int
 from posenc.torch.base import PositionalEncoding, check_qk
 from posenc.torch.kernels import cos_sin, rotate_qk
-from posenc.torch.positions import max_position, position_arg
+from posenc.torch.positions import check_fits, max_position, position_arg
 from posenc.torch.rotary import _check_pairing
 
 __all__ = ["AxialRotaryEmbedding", "MRoPE"]
@@ -129,6 +129,8 @@ class _GridRotary(PositionalEncoding):
             Rotated keys.
         """
         self._check(q, k)
+        check_fits("q_positions", q_positions, q, axes=self.position_axes)
+        check_fits("k_positions", k_positions, k, axes=self.position_axes)
         cs_q = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
         same = q_positions is k_positions and q.dtype == k.dtype
         cs_k = cs_q if same else self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)
