@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from expect import raises_exactly
 
-from posenc.torch import ALiBi, PositionalEncoding
+import posenc
+from posenc.torch import ALiBi, PositionalEncoding, T5RelativeBias
 from posenc.torch.base import check_qk
 from posenc.torch.learned_bias import FIRE
 
@@ -74,3 +75,25 @@ def test_check_qk_names_the_tensor_and_quotes_both_shapes():
     with raises_exactly(f"{msg} (2, 3, 3, 8)"):  # same batch, 3 does not divide 4
         check_qk(q, torch.zeros(2, 3, 3, 8), 8)
     check_qk(q, torch.zeros(2, 1, 3, 8), 8)  # one key head for all: accepted
+
+
+def test_tables_rebuilt_after_meta_init_follow_the_module_not_the_default_device():
+    with torch.device("meta"):
+        alibi = ALiBi(3)
+        alibi.to_empty(device="cpu")  # the slopes are recomputed on the CPU, not on meta
+    assert alibi.slopes.device.type == "cpu"
+    torch.testing.assert_close(alibi.slopes, torch.from_numpy(posenc.alibi_slopes(3)))
+
+
+def test_a_table_left_on_meta_by_assign_loading_is_built_where_the_weights_are():
+    with torch.device("meta"):
+        t5 = T5RelativeBias(2, num_buckets=8, max_distance=16)
+    weight = torch.randn(8, 2, generator=torch.Generator().manual_seed(0))
+    t5.load_state_dict({"weight": weight}, assign=True)  # bucket table still on meta
+    with torch.device("meta"):  # range positions carry no device: the weights decide
+        bias = t5.score_bias(range(3), range(3))
+    assert t5.bucket.device.type == "cpu" and bias.device.type == "cpu"
+    rel = torch.arange(3)[None, :] - torch.arange(3)[:, None]  # key - query, as T5
+    buckets = torch.from_numpy(posenc.t5_buckets(rel.numpy(), bidirectional=False,
+                                                 num_buckets=8, max_distance=16))  # fmt: skip
+    torch.testing.assert_close(bias[0], weight[buckets].permute(2, 0, 1))
