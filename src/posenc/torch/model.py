@@ -126,10 +126,7 @@ class TransformerLM(nn.Module):
             Pass it as ``cache=`` to ``forward``.
         """
         if static and self.max_len is not None and max_len > self.max_len:
-            raise ValueError(
-                f"max_len of a static cache must be <= the model's max_len={self.max_len}, "
-                f"got {max_len}"
-            )
+            self._refuse_static(max_len)
         return _new_cache(self, self.depth, batch, max_len, static)
 
     def forward(self, idx, positions=None, padding_mask=None, *, cache=None):
@@ -160,6 +157,8 @@ class TransformerLM(nn.Module):
         total = n + (0 if cache is None or static else cache.length)
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
+        if static and self.max_len is not None and cache.max_len > self.max_len:
+            self._refuse_static(cache.max_len)  # it could fill past the model's max_len
         if cache is not None:
             check_cache(self, cache, self.depth)
         x = self.embed(idx)  # (b, n, dim)
@@ -179,6 +178,12 @@ class TransformerLM(nn.Module):
         if cache is not None:
             cache._commit()
         return self.head(self.norm(x))  # (b, n, vocab)
+
+    def _refuse_static(self, max_len):
+        raise ValueError(
+            f"max_len of a static cache must be <= the model's max_len={self.max_len}, "
+            f"got {max_len}"
+        )
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, *, use_cache=True, padding_mask=None):
