@@ -9,7 +9,6 @@
   (``c`` and ``L`` exponentiated in float32, not rounded to bfloat16);
 * the bias is built next to the module, not on torch's default device (checked with
   ``with torch.device("meta")`` around the call, the one CPU-only way to tell them apart);
-* KERPLE's initial kernel parameters (the inverse softplus they are stored through).
 
 Expected values are written out in float64 NumPy from the FIRE formula
 ``B = f(psi(|i - j|) / (psi(max(L, i)) + eps))``, ``psi(x) = log(c x + 1)``.
@@ -24,7 +23,7 @@ import pytest
 import torch
 from expect import raises_exactly
 
-from posenc.torch import FIRE, KERPLE
+from posenc.torch import FIRE
 
 
 def _fire_ref(fire, q, k):
@@ -158,18 +157,3 @@ def test_meta_built_fire_gives_a_meta_bias_for_cpu_positions():
         fire = FIRE(3, hidden=4)
     bias = fire.score_bias(torch.arange(4)[None], torch.arange(5)[None])
     assert bias.device.type == "meta" and bias.shape == (1, 3, 4, 5)
-
-
-@pytest.mark.parametrize("heads", [1, 4, 8])
-def test_kerple_log_starts_at_r1_one_and_r2_the_alibi_slopes(heads):
-    kerple = KERPLE(heads).double()
-    slopes = 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)  # ALiBi, power-of-two heads
-    np.testing.assert_allclose(kerple.r1.detach().numpy(), np.ones(heads), rtol=1e-6)
-    np.testing.assert_allclose(kerple.r2.detach().numpy(), slopes, rtol=1e-6)
-
-
-def test_kerple_power_starts_at_r1_the_alibi_slopes_and_r2_one():
-    kerple = KERPLE(4, variant="power").double()
-    slopes = 2.0 ** (-8.0 * np.arange(1, 5) / 4)
-    np.testing.assert_allclose(kerple.r1.detach().numpy(), slopes, rtol=1e-6)
-    np.testing.assert_array_equal(kerple.r2.detach().numpy(), np.ones(4))
