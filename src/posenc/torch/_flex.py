@@ -51,6 +51,14 @@ def _causal_block_mask(seq_q, seq_k, offset, device):
     return mask
 
 
+def _mask_device(device, key_valid, q_start):
+    """``device``, else that of the tensors the mask reads, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    given = key_valid if key_valid is not None else q_start
+    return given.device if isinstance(given, torch.Tensor) else torch.device("cpu")
+
+
 def flex_plan(
     encoding, q_positions, k_positions, *, causal, key_valid=None, q_start=None, device=None
 ):
@@ -74,7 +82,8 @@ def flex_plan(
     q_start : int, optional
         Key slot of the first query; default ``seq_k - seq_q`` (the queries are the last).
     device : torch.device, optional
-        Where the block mask lives.
+        Where the block mask lives; default: with ``key_valid`` or a tensor ``q_start``,
+        their device, else the CPU (never torch's default or current device).
 
     Returns
     -------
@@ -94,6 +103,7 @@ def flex_plan(
         return score_mod, _causal_block_mask(
             seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device
         )
+    device = _mask_device(device, key_valid, q_start)
     offset = seq_k - seq_q if q_start is None else q_start
     if not isinstance(offset, torch.Tensor):  # a tensor: no recompile when it changes
         offset = torch.tensor(offset, device=device)
