@@ -72,6 +72,16 @@ def rope_frequencies(head_dim, *, base=10_000.0, scaling=None, rotary_dim=None, 
     return np.asarray(inv, dtype=np.float64), float(scale)
 
 
+def _positions(positions):
+    """An int length or 1-D positions as :func:`check_positions`; more axes: checked ints."""
+    pos = np.asarray(positions)
+    if pos.ndim <= 1:
+        return check_positions(positions)  # (seq,)
+    if pos.dtype.kind not in "iu" or (pos < 0).any():
+        raise ValueError("positions must hold non-negative integers")
+    return pos
+
+
 def _pair_index(rotary_dim, pairing):
     """Indices of the first and second member of each pair, each ``(rotary_dim // 2,)``."""
     if pairing == "half":
@@ -133,11 +143,7 @@ def rope(
     if x.ndim < 2:
         raise ValueError(f"x must have shape (..., seq, head_dim), got {x.shape}")
     head_dim = x.shape[-1]
-    pos = np.asarray(positions)
-    if pos.ndim <= 1:
-        pos = check_positions(positions)  # (seq,)
-    elif pos.dtype.kind not in "iu" or (pos < 0).any():
-        raise ValueError("positions must hold non-negative integers")
+    pos = _positions(positions)  # (seq,) or (..., seq)
     if pos.shape[-1] != x.shape[-2]:
         raise ValueError(f"positions must have seq={x.shape[-2]} entries, got shape {pos.shape}")
     if seq_len is None:
@@ -189,8 +195,7 @@ def xpos_decay(rotary_dim, positions, *, scale_base=512.0, key=False, center=0):
     """
     r = check_dim("rotary_dim", rotary_dim)
     scale_base = check_positive("scale_base", scale_base)
-    pos = np.asarray(positions)
-    pos = check_positions(positions) if pos.ndim <= 1 else pos
+    pos = _positions(positions)  # (seq,) or (..., seq)
     zeta = (np.arange(0, r, 2, dtype=np.float64) + 0.4 * r) / (1.4 * r)  # (r // 2,)
     power = (pos.astype(np.float64)[..., None] - center) / scale_base  # (..., 1)
     return zeta ** (-power if key else power)
