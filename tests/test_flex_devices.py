@@ -125,3 +125,23 @@ def test_mask_without_device_follows_the_tensors_it_reads(given):
     q, kv = torch.arange(4)[:, None], torch.arange(8)[None, :]
     got = mask.mask_mod(torch.tensor(0), torch.tensor(0), q, kv)
     assert torch.equal(got, kv <= q + 4)  # the queries are the last 4 of 8 slots
+
+
+def _plan_device(**kw):
+    _, mask = _flex.flex_plan(ALiBi(2), range(4), range(8), causal=True, **kw)
+    return _blocks_device(mask)
+
+
+def test_mask_device_without_one_given_is_that_of_key_valid_else_of_q_start():
+    on_meta = torch.ones(1, 8, dtype=torch.bool, device="meta")
+    assert _plan_device(key_valid=on_meta) == {"meta"}
+    assert _plan_device(q_start=torch.tensor(4, device="meta")) == {"meta"}
+
+
+def test_traced_plan_without_tensors_puts_its_mask_on_the_cpu(monkeypatch):
+    # while tracing, the cached causal mask is not used: the mask is built in the plan, on
+    # the CPU when neither a device nor a tensor says otherwise
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with torch.device("meta"):
+        assert _plan_device(q_start=4) == {"cpu"}
+    assert _plan_device(q_start=4, device="meta") == {"meta"}  # the device given wins
