@@ -13,6 +13,7 @@ import types
 
 import pytest
 from expect import raises_exactly
+from test_from_hf import PHI35_MOE
 
 from posenc.scaling import LongRoPE, from_hf
 
@@ -20,17 +21,6 @@ transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-
-PHI35_MOE = {  # microsoft/Phi-3.5-MoE-instruct's RoPE keys, with 4 pairs instead of 64
-    "model_type": "phimoe", "hidden_size": 32, "num_attention_heads": 4,
-    "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
-    "rope_theta": 10000.0,
-    "rope_scaling": {
-        "type": "longrope", "short_factor": [1.0, 1.05, 1.9, 2.8],
-        "long_factor": [1.0, 1.6, 14.0, 38.0], "short_mscale": 1.243163121016122,
-        "long_mscale": 1.2, "original_max_position_embeddings": 4096,
-    },
-}  # fmt: skip
 
 
 def small(**top):

@@ -7,6 +7,7 @@ transformers' rope init when it is installed) and the table length each scaling 
 
 import pytest
 from expect import raises_exactly
+from test_from_hf import small
 
 from posenc.scaling import DynamicNTK, Linear, Llama3, LongRoPE, Proportional, YaRN, from_hf
 
@@ -14,15 +15,6 @@ MULTIMODAL = (
     "config is multimodal: its language model's settings are in text_config; "
     "pass config['text_config'] (or config.text_config)"
 )
-
-
-def small(rope_scaling=None, **top):
-    """A small Llama-style config.json (head_dim 256 / 4 = 64, 3000 positions)."""
-    cfg = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4}
-    cfg |= {"max_position_embeddings": 3000, "rope_theta": 10000.0, **top}
-    if rope_scaling is not None:
-        cfg["rope_scaling"] = rope_scaling
-    return cfg
 
 
 def tiny(rope_scaling, **top):
