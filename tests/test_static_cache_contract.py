@@ -1,6 +1,7 @@
 """StaticKVCache's contract beyond plain decoding: a step that fails after writing its slots
 is undone, positions given as a range or per row continue correctly for chunks, buffers live
-on the device asked for, and a refusal says the expected shape.
+on the device asked for, a refusal says the expected shape, the compiled full-cache check,
+the causal fast path, and commits/rollbacks with nothing pending.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ def _attn():
 
 def _x(n=10):
     return torch.randn(2, n, DIM, generator=torch.Generator().manual_seed(1))
+
+
+def _cache(batch=2, max_len=4):
+    return StaticKVCache(layers=1, batch=batch, max_len=max_len, kv_heads=1, key_dim=2,
+                         value_dim=2)  # fmt: skip
 
 
 def test_a_step_that_fails_after_writing_its_slots_is_undone():
@@ -78,7 +84,9 @@ def test_keys_of_another_shape_are_refused_with_the_expected_shape():
 def test_a_padding_mask_on_another_device_is_moved_to_the_cache(monkeypatch):
     # A CPU mask with a CUDA cache is the real case; a meta cache stands in for it here. The
     # eager check reads `filled` with int(), which meta cannot, so take the compiled branch
-    # (a device-side assert), as torch.compile does.
+    # (a device-side assert), as torch.compile does. A plain call first, so that mutmut's
+    # stats (blind while is_compiling is patched) see this test reach _begin.
+    _cache()._begin(None, None, 2, 1)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     cache = StaticKVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2,
                           device="meta")  # fmt: skip
@@ -86,3 +94,75 @@ def test_a_padding_mask_on_another_device_is_moved_to_the_cache(monkeypatch):
     _, q_pos, k_pos, key_valid = cache._begin(None, mask, 2, 2)
     assert cache.valid.device.type == "meta" and key_valid.device.type == "meta"
     assert q_pos.shape == (2, 2) and k_pos.shape == key_valid.shape == (2, 4)
+
+
+@pytest.mark.parametrize("positions", [None, "range", "tensor"])
+def test_every_step_kind_builds_its_indices_on_the_cache_device(monkeypatch, positions):
+    # slots, range positions and CPU per-row positions all land where the (meta) cache lives
+    _cache()._begin(None, None, 2, 1)  # plain call first, for mutmut's stats (as above)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    cache = StaticKVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2,
+                          device="meta")  # fmt: skip
+    given = {None: None, "range": range(1, 3), "tensor": torch.tensor([[1, 2], [3, 4]])}
+    _, q_pos, k_pos, _ = cache._begin(given[positions], None, 2, 2)
+    cache._commit()
+    _, q_next, _, _ = cache._begin(None, None, 2, 1)  # continues every row (or the slots)
+    assert {t.device.type for t in (q_pos, k_pos, q_next, cache._new_slots)} == {"meta"}
+
+
+def test_compiled_branch_refuses_a_step_past_the_end_on_the_device(monkeypatch):
+    # Under torch.compile the full-cache check is a device-side assert (no sync); take that
+    # branch eagerly. A plain call first, so mutmut's stats see this test reach _begin.
+    cache = _cache(max_len=4)
+    cache._begin(None, None, 2, 1)
+    cache._rollback()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    cache._begin(None, None, 2, 4)  # exactly fills the buffer: allowed
+    cache._rollback()
+    cache._begin(None, None, 2, 3)
+    cache._commit()
+    with pytest.raises(RuntimeError) as err:  # 3 + 2 > 4
+        cache._begin(None, None, 2, 2)
+    assert str(err.value) == "StaticKVCache is full"
+
+
+def test_plain_causal_steps_share_one_key_row_and_leave_masking_to_causality():
+    # the documented fast path of _begin: no positions and no padding ever given -> keys at
+    # (1, max_len) positions and key_valid None, on a fresh cache and again after a reset
+    cache = _cache(batch=3, max_len=5)
+    for _ in range(2):
+        _, q_pos, k_pos, key_valid = cache._begin(None, None, 3, 2)
+        assert key_valid is None and k_pos.shape == (1, 5) and q_pos.tolist() == [[0, 1]]
+        cache._commit()
+        cache._begin(None, torch.ones(3, 1, dtype=torch.bool), 3, 1)  # padding: per row now
+        cache._commit()
+        _, _, k_pos, key_valid = cache._begin(None, None, 3, 1)
+        assert key_valid is not None and k_pos.shape == key_valid.shape == (3, 5)
+        cache._commit()
+        cache.reset()
+    _, _, k_pos, key_valid = cache._begin(range(0, 2), None, 3, 2)  # positions: per row too
+    assert key_valid is not None and k_pos.shape == (3, 5)
+
+
+def test_commit_or_rollback_without_a_pending_step_changes_nothing():
+    cache = _cache()
+    cache._begin(None, None, 2, 2)
+    cache._commit()
+    valid, positions = cache.valid.clone(), cache.positions.clone()
+    cache._commit()  # a second commit counts nothing
+    cache._rollback()  # nothing to undo
+    cache._begin(None, None, 2, 1)
+    cache._rollback()
+    cache._commit()  # the step was undone: nothing to count
+    assert int(cache.filled) == 2 and cache.next_position.tolist() == [[2], [2]]
+    assert torch.equal(cache.valid, valid) and torch.equal(cache.positions, positions)
+
+
+def test_keys_and_values_of_another_dtype_are_stored_in_the_cache_dtype():
+    cache = _cache()
+    cache._begin(None, None, 2, 1)
+    k = torch.full((2, 1, 1, 2), 1 / 3, dtype=torch.float64)
+    keys, values = cache._store(0, cache.filled, k, -k)
+    assert keys.dtype == values.dtype == torch.get_default_dtype()
+    torch.testing.assert_close(keys[:, :, :1], k.float(), rtol=0, atol=0)
+    torch.testing.assert_close(values[:, :, :1], -k.float(), rtol=0, atol=0)
