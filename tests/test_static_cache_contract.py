@@ -81,7 +81,7 @@ def test_keys_of_another_shape_are_refused_with_the_expected_shape():
             cache._store(0, cache.filled, k, k)
 
 
-def test_a_padding_mask_on_another_device_is_moved_to_the_cache(monkeypatch):
+def test_a_padding_mask_on_another_device_is_moved_to_the_cache_when_traced(monkeypatch):
     # A CPU mask with a CUDA cache is the real case; a meta cache stands in for it here. The
     # eager check reads `filled` with int(), which meta cannot, so take the compiled branch
     # (a device-side assert), as torch.compile does. A plain call first, so that mutmut's
