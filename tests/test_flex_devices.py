@@ -138,11 +138,11 @@ def test_mask_device_without_one_given_is_that_of_key_valid_else_of_q_start():
     assert _plan_device(q_start=torch.tensor(4, device="meta")) == {"meta"}
 
 
-def test_traced_plan_without_tensors_builds_its_mask_on_the_cpu(monkeypatch):
+def test_traced_plan_without_tensors_builds_its_mask_on_the_cpu_not_the_default(monkeypatch):
     # while tracing, the cached causal mask is not used: the mask is built in the plan, on
     # the CPU when neither a device nor a tensor says otherwise. The eager call first lets
-    # mutmut's stats (blind while is_compiling is patched) map this test to flex_plan.
-    assert _plan_device(q_start=4) == {"cpu"}
+    # mutmut's stats (blind while is_compiling is patched) map this test to _mask_device.
+    assert _plan_device(q_start=torch.tensor(4)) == {"cpu"}
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     with torch.device("meta"):
         assert _plan_device(q_start=4) == {"cpu"}

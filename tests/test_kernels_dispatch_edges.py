@@ -1,0 +1,184 @@
+"""The rotation dispatch (posenc.torch.kernels) at its edges: what each table column and row
+means, which kernel actually runs, what ``rotate`` returns for ``out=`` and ``inplace``, the
+exact refusals, and the single-tensor Triton path (forward and backward, both pairings) under
+Triton's interpreter. Reference: the float64 NumPy ``posenc.rope``.
+"""
+
+import os
+import types
+
+import numpy as np
+import pytest
+import torch
+from expect import raises_exactly
+
+pytest.importorskip("triton")
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel module is first imported
+
+import posenc  # noqa: E402
+from posenc.torch import kernels  # noqa: E402
+
+HD, SEQ = 8, 5
+INV_FREQ = 10_000.0 ** -(torch.arange(0, HD, 2, dtype=torch.float64) / HD)  # (HD // 2,)
+
+
+def _x(dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2, 3, SEQ, HD, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _cs(dtype=torch.float32):
+    return kernels.cos_sin(torch.arange(SEQ), INV_FREQ, 1.0, dtype)  # (SEQ, HD // 2, 2)
+
+
+def _ref(x, pairing):
+    return torch.from_numpy(posenc.rope(x.double().numpy(), np.arange(SEQ), pairing=pairing))
+
+
+def _spy(monkeypatch, name):
+    """Count the calls of kernels.<name> (rotate_eager, rotate_expr or _triton)."""
+    calls, real = [], getattr(kernels, name)
+    monkeypatch.setattr(kernels, name, lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+# --- the table and the modes --------------------------------------------------------------
+
+
+def test_lookup_reads_one_column_per_dtype_and_the_cpu_row_for_other_devices(monkeypatch):
+    # the shipped rows repeat the float32 entry for 16-bit: give every column its own name
+    monkeypatch.setitem(kernels.TABLE, ("cpu", "plain"), ("f64", "f32", "f16"))
+    monkeypatch.setitem(kernels.TABLE, ("cuda", "plain"), ("c64", "c32", "c16"))
+    for dev, names in (("cpu", "f"), ("mps", "f"), ("cuda", "c")):
+        got = [kernels.lookup(dev, "plain", d) for d in
+               (torch.float64, torch.float32, torch.float16, torch.bfloat16)]  # fmt: skip
+        assert got == [f"{names}64", f"{names}32", f"{names}16", f"{names}16"], dev
+    assert kernels.lookup("cuda", "functorch", torch.float32) == "expr"
+
+
+def test_mode_and_needs_expr_for_every_kind_of_call(monkeypatch):
+    x = torch.ones(2)
+    assert (kernels.mode(x), kernels.needs_expr(x)) == ("plain", False)
+    w = x.clone().requires_grad_()
+    assert (kernels.mode(w), kernels.needs_expr(w)) == ("autograd", True)
+    with torch.no_grad():
+        assert (kernels.mode(w), kernels.needs_expr(w)) == ("plain", False)
+    seen = []
+    torch.func.vmap(lambda t: seen.append((kernels.mode(t), kernels.needs_expr(t))) or t)(x[None])
+    assert seen == [("functorch", True)]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert (kernels.mode(x), kernels.needs_expr(x)) == ("compile", True)
+
+
+def test_triton_fits_cuda_or_the_interpreter_on_cpu_and_only_with_triton(monkeypatch):
+    cuda = types.SimpleNamespace(device=torch.device("cuda"))  # no GPU needed to ask
+    cpu = torch.ones(1)
+    assert kernels._triton_fits(cuda) and kernels._triton_fits(cpu)  # interpreter is on
+    assert not kernels._triton_fits(torch.ones(1, device="meta"))
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert kernels._triton_fits(cuda) and not kernels._triton_fits(cpu)
+    monkeypatch.setattr(kernels, "_triton_ok", lambda: False)
+    assert not kernels._triton_fits(cuda)
+
+
+def test_a_triton_entry_falls_back_without_triton_or_beyond_4_dims(monkeypatch):
+    monkeypatch.setitem(kernels.TABLE, ("cpu", "plain"), ("triton",) * 3)
+    monkeypatch.setitem(kernels.TABLE, ("cpu", "autograd"), ("triton",) * 3)
+    x = torch.ones(1, 1, 2, 4)
+    assert kernels.choose(x) == "triton"
+    assert kernels.choose(x[None]) == "eager"  # 5-D: the plain fallback
+    assert kernels.choose(x[None].requires_grad_()) == "expr"  # 5-D: the autograd fallback
+    monkeypatch.setattr(kernels, "_triton_ok", lambda: False)
+    assert kernels.choose(x) == "eager" and kernels.choose(x.requires_grad_()) == "expr"
+
+
+def test_each_refused_override_names_the_reason():
+    x = torch.ones(1, 1, 2, 4)
+    refusals = {
+        ("eager", x.clone().requires_grad_()):
+            "impl='eager' needs plain eager inference, this call is 'autograd'",
+        ("triton", x.double()):
+            "impl='triton' takes float32/16-bit, <= 4-D, no torch.func, got torch.float64, "
+            "4-D, plain",
+        ("triton", x[None]):
+            "impl='triton' takes float32/16-bit, <= 4-D, no torch.func, got torch.float32, "
+            "5-D, plain",
+        ("triton", torch.ones(1, 4, device="meta")):
+            "impl='triton' needs triton and a CUDA tensor, got meta",
+        ("cpu", x): "impl='cpu' must be one of ('expr', 'eager', 'triton')",
+    }  # fmt: skip
+    for (impl, t), message in refusals.items():
+        with raises_exactly(message):
+            kernels.choose(t, impl)
+    with (
+        kernels.use("eager"),
+        raises_exactly("impl='eager' needs plain eager inference, this call is 'autograd'"),
+    ):
+        kernels.rotate(x.clone().requires_grad_(), _cs()[:2], "half")  # the forced one
+    with raises_exactly("impl='eager' needs plain eager inference, this call is 'autograd'"):
+        kernels.rotate(x.clone().requires_grad_(), _cs()[:2], "half", impl="eager")
+
+
+# --- which kernel runs, and what rotate returns -------------------------------------------
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_the_chosen_kernel_is_the_one_that_runs(monkeypatch, pairing):
+    eager, expr = _spy(monkeypatch, "rotate_eager"), _spy(monkeypatch, "rotate_expr")
+    x, cs = _x(), _cs()
+    with torch.no_grad():
+        got = kernels.rotate(x, cs, pairing)  # the table: eager on the CPU
+        assert (len(eager), len(expr)) == (1, 0)
+        other = kernels.rotate(x, cs, pairing, impl="expr")
+        assert (len(eager), len(expr)) == (1, 1)
+    for y in (got, other):  # the two kernels agree to float32 rounding
+        torch.testing.assert_close(y.double(), _ref(x, pairing), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("impl", ["eager", "expr", "triton"])
+def test_rotate_returns_out_or_x_itself_as_asked(impl):
+    x, cs = _x(), _cs()
+    want = _ref(x, "interleaved")
+    with torch.no_grad():
+        out = torch.full_like(x, float("nan"))
+        assert kernels.rotate(x, cs, "interleaved", out=out, impl=impl) is out
+        new = kernels.rotate(x, cs, "interleaved", impl=impl)
+        assert new.data_ptr() != x.data_ptr()
+        y = x.clone()
+        assert kernels.rotate(y, cs, "interleaved", inplace=True, impl=impl) is y
+    for got in (out, new, y):
+        torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-6)
+
+
+def test_recorded_calls_refuse_out_and_ignore_inplace():
+    x, cs = _x().requires_grad_(), _cs()
+    message = (
+        "out= needs plain eager inference: x requires grad or is being traced "
+        "(use torch.no_grad() and no transform, or drop out=)"
+    )
+    with raises_exactly(message):
+        kernels.rotate(x, cs, "half", out=torch.empty_like(x))
+    x0 = x.detach().clone()
+    y = kernels.rotate(x, cs, "half", inplace=True)  # a new tensor: x keeps its values
+    assert y is not x and torch.equal(x.detach(), x0) and y.grad_fn is not None
+
+
+# --- the single-tensor Triton path (rotate, not rotate_qk) --------------------------------
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_triton_rotates_one_tensor_forward_and_backward(monkeypatch, pairing, grad):
+    calls = _spy(monkeypatch, "_triton")  # the kernel module is asked for: Triton runs
+    x, cs = _x(torch.float32).requires_grad_(grad), _cs()
+    with kernels.use("triton"):
+        y = kernels.rotate(x, cs, pairing)
+    assert len(calls) == 1
+    torch.testing.assert_close(y.detach().double(), _ref(x.detach(), pairing), rtol=0, atol=2e-6)
+    if grad:  # the backward is the inverse rotation: rotate by -theta (cs with -sin)
+        g = _x(torch.float32, seed=1)
+        (y * g).sum().backward()
+        inverse = _cs() * torch.tensor([1.0, -1.0])  # (SEQ, HD // 2, 2): [cos, -sin]
+        want = kernels.rotate(g, inverse, pairing, impl="expr")
+        torch.testing.assert_close(x.grad, want, rtol=0, atol=2e-6)
