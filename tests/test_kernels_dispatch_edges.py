@@ -182,3 +182,94 @@ def test_triton_rotates_one_tensor_forward_and_backward(monkeypatch, pairing, gr
         inverse = _cs() * torch.tensor([1.0, -1.0])  # (SEQ, HD // 2, 2): [cos, -sin]
         want = kernels.rotate(g, inverse, pairing, impl="expr")
         torch.testing.assert_close(x.grad, want, rtol=0, atol=2e-6)
+
+
+# --- rotate_qk: one launch for q and k exactly when they can share it ---------------------
+
+
+def _launches(monkeypatch):
+    """Record the number of (x, cs, out) pairs of every Triton launch."""
+    rope_triton, calls = kernels._triton(), []
+    real = rope_triton.launch
+    monkeypatch.setattr(rope_triton, "launch", lambda pairs, *a: calls.append(len(pairs)) or
+                        real(pairs, *a))  # fmt: skip
+    return calls
+
+
+def _cs_width(pairs):  # [cos, sin] for a rotary width of 2 * pairs dims: (SEQ, pairs, 2)
+    inv = 10_000.0 ** -(torch.arange(0, 2 * pairs, 2, dtype=torch.float64) / (2 * pairs))
+    return kernels.cos_sin(torch.arange(SEQ), inv, 1.0, torch.float32)
+
+
+def _check_qk(got, q, k, pairing, widths=(HD // 2, HD // 2)):
+    for y, x, h in zip(got, (q, k), widths, strict=True):
+        want = posenc.rope(x.double().numpy(), np.arange(SEQ), pairing=pairing, rotary_dim=2 * h)
+        tol = 2e-6 if x.dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(y.double(), torch.from_numpy(want), rtol=0, atol=tol)
+
+
+CASES = {  # name -> (q, k, pairs of cs_q, pairs of cs_k, launches)
+    "shared": (_x(), _x(seed=1)[:, :2], 4, 4, [2]),
+    "dtypes differ": (_x(), _x(torch.bfloat16, seed=1), 4, 4, [1, 1]),
+    "batches differ": (_x(), _x(seed=1)[:1], 4, 4, [1, 1]),
+    "head dims differ": (_x(), _x(seed=1)[..., :4], 4, 2, [1, 1]),
+    "rotary widths differ": (_x(), _x(seed=1), 4, 2, [1, 1]),
+}
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_q_and_k_share_a_launch_only_when_they_fit_one(monkeypatch, case, pairing):
+    q, k, hq, hk, launches = CASES[case]
+    calls = _launches(monkeypatch)
+    with torch.no_grad(), kernels.use("triton"):
+        got = kernels.rotate_qk(q, k, _cs_width(hq), _cs_width(hk), pairing)
+    assert calls == launches
+    _check_qk(got, q, k, pairing, (hq, hk))
+
+
+def test_recorded_q_and_k_share_one_op_unless_their_modes_differ(monkeypatch):
+    calls = _launches(monkeypatch)
+    q, k, cs = _x().requires_grad_(), _x(seed=1).requires_grad_(), _cs()
+    with kernels.use("triton"):
+        got = kernels.rotate_qk(q, k, cs, cs, "interleaved")
+        assert calls == [2] and all(y.grad_fn is not None for y in got)
+        _check_qk([y.detach() for y in got], q.detach(), k.detach(), "interleaved")
+        message = (
+            "out= needs plain eager inference: x requires grad or is being traced "
+            "(use torch.no_grad() and no transform, or drop out=)"
+        )
+        with raises_exactly(message):
+            kernels.rotate_qk(q, k, cs, cs, "half", out=(torch.empty_like(q), torch.empty_like(k)))
+        calls.clear()
+        got = kernels.rotate_qk(q, k.detach(), cs, cs, "half")  # autograd q, plain k
+    assert calls == [1, 1] and got[0].grad_fn is not None and got[1].grad_fn is None
+    _check_qk([y.detach() for y in got], q.detach(), k.detach(), "half")
+
+
+@pytest.mark.parametrize("impl", ["triton", "eager", "expr"])
+def test_rotate_qk_writes_into_out_or_in_place(impl):
+    q, k, cs = _x(), _x(seed=1), _cs()
+    with torch.no_grad():
+        out = (torch.full_like(q, float("nan")), torch.full_like(k, float("nan")))
+        got = kernels.rotate_qk(q, k, cs, cs, "half", out=out, impl=impl)
+        assert got[0] is out[0] and got[1] is out[1]
+        _check_qk(got, q, k, "half")
+        q2, k2 = q.clone(), k.clone()
+        got = kernels.rotate_qk(q2, k2, cs, cs, "half", inplace=True, impl=impl)
+        assert got[0] is q2 and got[1] is k2
+        _check_qk(got, q, k, "half")
+        got = kernels.rotate_qk(q, k, cs, cs, "half", impl=impl)
+        assert got[0] is not q and got[1] is not k
+    _check_qk(got, q, k, "half")
+
+
+def test_q_and_k_on_different_implementations_are_rotated_apart(monkeypatch):
+    # a table that sends float64 to eager and float32 to Triton: q and k cannot share a launch
+    monkeypatch.setitem(kernels.TABLE, ("cpu", "plain"), ("eager", "triton", "triton"))
+    calls, eager = _launches(monkeypatch), _spy(monkeypatch, "rotate_eager")
+    q, k, cs = _x(torch.float64), _x(seed=1), _cs()
+    with torch.no_grad():
+        got = kernels.rotate_qk(q, k, cs.double(), cs, "interleaved")
+    assert calls == [1] and len(eager) == 1
+    _check_qk(got, q, k, "interleaved")
