@@ -1,0 +1,74 @@
+"""plan_step's decisions (posenc.torch.attention), read from what it hands to ``plan``: the
+first slot and key span of a step without a cache, the whole-buffer keys that FlexAttention
+gets with a growing cache (asked for, or chosen by ``"auto"`` for a score bias on CUDA: the
+device is only named, never used, because ``plan`` is replaced), and position checks that
+keep the encoding's number of axes when a cache is used.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from expect import raises_exactly
+
+from posenc.torch import ALiBi, KVCache, RotaryEmbedding, StaticKVCache
+from posenc.torch import attention as attention_mod
+
+KW = dict(causal=True, heads=2, dtype=torch.float32)
+
+
+def _cache():
+    return KVCache(layers=1, batch=2, max_len=8, kv_heads=1, key_dim=4, value_dim=4)
+
+
+def _planned(monkeypatch, encoding, cache, *, positions=None, padding_mask=None, **kw):
+    """Run plan_step with ``plan`` replaced: return what plan would have been given."""
+    seen = {}
+    monkeypatch.setattr(attention_mod, "plan", lambda enc, q, k, **a: seen.update(q=q, k=k, **a))
+    attention_mod.plan_step(encoding, 2, 3, positions, padding_mask, cache, **KW, **kw)
+    return seen
+
+
+def test_without_a_cache_the_step_starts_at_slot_0_over_its_own_keys(monkeypatch):
+    mask = torch.tensor([[True, True, True], [False, True, True]])
+    seen = _planned(monkeypatch, ALiBi(2), None, padding_mask=mask, backend="sdpa", device=None)
+    assert seen["start"] == 0 and seen["full_kv"] is False and seen["cache"] is None
+    assert seen["key_valid"] is mask and seen["q"] == seen["k"] == range(3)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "backend", "device", "whole_buffer"),
+    [
+        (ALiBi(2), "flex", None, True),  # asked for
+        (RotaryEmbedding(4, max_len=8), "flex", None, True),
+        (ALiBi(2), "sdpa", "cuda", False),
+        (ALiBi(2), "auto", "cuda", True),  # auto: flex for a score bias on CUDA
+        (RotaryEmbedding(4, max_len=8), "auto", "cuda", False),  # no score bias: sdpa
+        (ALiBi(2), "auto", torch.device("cuda"), True),
+        (ALiBi(2), "auto", None, False),  # the CPU: sdpa
+        (ALiBi(2), "auto", "cpu", False),
+    ],
+)
+def test_a_growing_cache_gives_flex_the_whole_buffer(
+    monkeypatch, encoding, backend, device, whole_buffer
+):
+    cache = _cache()
+    seen = _planned(monkeypatch, encoding, cache, backend=backend, device=device)
+    assert seen["full_kv"] is whole_buffer and seen["start"] == 0
+    if whole_buffer:  # every slot, the unfilled ones hidden by the cache's valid flags
+        assert seen["k"] is cache.positions and seen["key_valid"] is cache.valid
+    else:  # the filled slots only
+        assert seen["k"] == range(3) and seen["key_valid"] is None
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_grid_positions_for_a_one_axis_encoding_are_refused_with_a_cache(static, monkeypatch):
+    cache = (StaticKVCache if static else KVCache)(
+        layers=1, batch=2, max_len=8, kv_heads=1, key_dim=4, value_dim=4
+    )
+    grid = torch.zeros(2, 3, 2, dtype=torch.long)  # (batch, seq, 2 axes)
+    message = "positions must have shape (seq,) or (batch, seq) = (2, 3), got (2, 3, 2)"
+    with raises_exactly(message):
+        _planned(monkeypatch, RotaryEmbedding(4, max_len=8), cache, positions=grid,
+                 backend="sdpa", device=None)  # fmt: skip
+    assert len(cache) == 0
