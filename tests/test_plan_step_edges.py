@@ -2,10 +2,14 @@
 first slot and key span of a step without a cache, the whole-buffer keys that FlexAttention
 gets with a growing cache (asked for, or chosen by ``"auto"`` for a score bias on CUDA: the
 device is only named, never used, because ``plan`` is replaced), and position checks that
-keep the encoding's number of axes when a cache is used.
+keep the encoding's number of axes when a cache is used. Then two pieces ``plan`` builds
+from: the allowed-slot mask on the device asked for, and SDPA's math kernel forced only for a
+mask under a ``torch.func`` transform on the CPU.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -72,3 +76,26 @@ def test_grid_positions_for_a_one_axis_encoding_are_refused_with_a_cache(static,
         _planned(monkeypatch, RotaryEmbedding(4, max_len=8), cache, positions=grid,
                  backend="sdpa", device=None)  # fmt: skip
     assert len(cache) == 0
+
+
+# --- the mask pieces plan builds from ------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_allowed_slots_are_built_on_the_device_asked_for(causal):
+    # key_valid on the CPU, mask on another device (meta stands in for a GPU)
+    key_valid = torch.tensor([[True, False, True, True]])
+    allowed = attention_mod._allowed(2, 4, causal, key_valid, "meta")
+    assert allowed.device.type == "meta" and allowed.shape == (1, 1, 2, 4)
+    on_cpu = attention_mod._allowed(2, 4, causal, key_valid, "cpu")  # the values, for reference
+    want = [[True, False, True, not causal], [True, False, True, True]]
+    assert on_cpu[0, 0].tolist() == want
+
+
+def test_the_math_kernel_is_forced_only_for_a_transformed_cpu_mask():
+    mask = torch.zeros(1, 1, 2, 2)
+    assert isinstance(attention_mod._kernels_for(mask), contextlib.nullcontext)
+    assert isinstance(attention_mod._kernels_for(None), contextlib.nullcontext)
+    kinds = []
+    torch.func.vmap(lambda m: kinds.append(type(attention_mod._kernels_for(m))) or m)(mask[None])
+    assert kinds and kinds[0] is not contextlib.nullcontext
