@@ -4,7 +4,8 @@ gets with a growing cache (asked for, or chosen by ``"auto"`` for a score bias o
 device is only named, never used, because ``plan`` is replaced), and position checks that
 keep the encoding's number of axes when a cache is used. Then two pieces ``plan`` builds
 from: the allowed-slot mask on the device asked for, and SDPA's math kernel forced only for a
-mask under a ``torch.func`` transform on the CPU.
+mask under a ``torch.func`` transform on the CPU; the per-thread bias buffer shaped by the
+rows of positions, written in place, on the device asked for.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import torch
 from expect import raises_exactly
 
-from posenc.torch import ALiBi, KVCache, RotaryEmbedding, StaticKVCache
+from posenc.torch import ALiBi, KVCache, PositionalEncoding, RotaryEmbedding, StaticKVCache
 from posenc.torch import attention as attention_mod
 
 KW = dict(causal=True, heads=2, dtype=torch.float32)
@@ -99,3 +100,45 @@ def test_the_math_kernel_is_forced_only_for_a_transformed_cpu_mask():
     kinds = []
     torch.func.vmap(lambda m: kinds.append(type(attention_mod._kernels_for(m))) or m)(mask[None])
     assert kinds and kinds[0] is not contextlib.nullcontext
+
+
+def _step(q_positions):
+    return attention_mod.Step(q_positions, q_positions, None, 0)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_the_reused_bias_buffer_has_one_row_per_position_row(rows):
+    # inference with a step: the score bias goes into the per-thread workspace, shaped
+    # (rows of positions, heads, seq_q, seq_k); positions per row (2 rows, 5 tokens) differ
+    pos = torch.tensor([[0, 1, 2, 3, 4], [3, 4, 5, 6, 7]])[:rows]
+    alibi = ALiBi(2)
+    want, _ = attention_mod.attention_mask(
+        alibi, pos, pos, causal=True, heads=2, dtype=torch.float32
+    )  # no step: a fresh tensor
+    step = _step(pos)
+    try:
+        with torch.no_grad():
+            got, _ = attention_mod._mask(alibi, pos, pos, True, None, 2, torch.float32, None, step)
+        assert step.holds_workspace and got.shape == (rows, 2, 5, 5)
+        assert got is attention_mod._LOCAL.mask  # written in place, no fresh (b, h, sq, sk)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    finally:
+        attention_mod.release(step)
+
+
+class _OnItsDevice(PositionalEncoding):
+    """A score bias written into the buffer it is given, on that buffer's device."""
+
+    def score_bias(self, q_positions, k_positions, *, out=None):
+        return out.fill_(0.5)
+
+
+def test_the_reused_bias_buffer_is_made_on_the_device_asked_for():
+    step = _step(range(3))
+    try:
+        with torch.no_grad():
+            got, _ = attention_mod._mask(_OnItsDevice(), range(3), range(3), True, None, 2,
+                                         torch.float32, "meta", step)  # fmt: skip
+        assert step.holds_workspace and got.device.type == "meta" and got.shape == (1, 2, 3, 3)
+    finally:
+        attention_mod.release(step)
