@@ -16,7 +16,14 @@ import pytest
 import torch
 from expect import raises_exactly
 
-from posenc.torch import ALiBi, KVCache, PositionalEncoding, RotaryEmbedding, StaticKVCache
+from posenc.torch import (
+    ALiBi,
+    KVCache,
+    PositionalEncoding,
+    RotaryEmbedding,
+    StaticKVCache,
+    T5RelativeBias,
+)
 from posenc.torch import attention as attention_mod
 
 KW = dict(causal=True, heads=2, dtype=torch.float32)
@@ -142,3 +149,18 @@ def test_the_reused_bias_buffer_is_made_on_the_device_asked_for():
         assert step.holds_workspace and got.device.type == "meta" and got.shape == (1, 2, 3, 3)
     finally:
         attention_mod.release(step)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_score_bias_mask_comes_in_the_dtype_asked_for(causal):
+    # T5's bias is computed in float32; the mask is rounded to the dtype SDPA will get
+    t5 = T5RelativeBias(2, bidirectional=True)
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        mask, is_causal = attention_mod.attention_mask(
+            t5, range(3), range(3), causal=causal, heads=2, dtype=dtype
+        )
+        want = t5.score_bias(range(3), range(3)).double()  # (1, 2, 3, 3)
+        if causal:
+            want = want.masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), float("-inf"))
+        assert mask.dtype == dtype and not is_causal
+        torch.testing.assert_close(mask.double(), want.to(dtype).double(), rtol=0, atol=0)
