@@ -5,7 +5,8 @@ device is only named, never used, because ``plan`` is replaced), and position ch
 keep the encoding's number of axes when a cache is used. Then two pieces ``plan`` builds
 from: the allowed-slot mask on the device asked for, and SDPA's math kernel forced only for a
 mask under a ``torch.func`` transform on the CPU; the per-thread bias buffer shaped by the
-rows of positions, written in place, on the device asked for.
+rows of positions, written in place, on the device asked for; the mask's dtype; values
+narrower or wider than the queries.
 """
 
 from __future__ import annotations
@@ -164,3 +165,16 @@ def test_a_score_bias_mask_comes_in_the_dtype_asked_for(causal):
             want = want.masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), float("-inf"))
         assert mask.dtype == dtype and not is_causal
         torch.testing.assert_close(mask.double(), want.to(dtype).double(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("v_dim", [3, 6])
+def test_values_narrower_or_wider_than_the_queries(v_dim):
+    # SDPA gets v zero-padded to the q/k width when narrower; wider v passes as it is. 8 heads
+    # and 8 queries, both more than v_dim, so a pad computed from either would show.
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 8, 8, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 8, 8, v_dim, generator=g, dtype=torch.float64)
+    got = attention_mod.attend(q, k, v, causal=False)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1)  # scale 1 / sqrt(4)
+    assert got.shape == (1, 8, 8, v_dim)
+    torch.testing.assert_close(got, weights @ v, rtol=0, atol=1e-12)
