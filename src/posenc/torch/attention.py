@@ -173,11 +173,13 @@ def _run(q, k, v, step, scale):
             )  # (b, heads, seq_q, qk_dim|v_dim)  # fmt: skip
         return out[..., :width]  # (b, heads, seq_q, v_dim)
     needs_grad = q.requires_grad or k.requires_grad or v.requires_grad
-    if q.device.type == "cpu" and torch.is_grad_enabled() and needs_grad:
-        raise ValueError(
-            "backend='flex' has no backward on the CPU (torch 2.13): use backend='sdpa' "
-            "to train, or run under torch.no_grad()"
-        )
+    if q.device.type == "cpu" and needs_grad:
+        if torch.is_grad_enabled():
+            raise ValueError(
+                "backend='flex' has no backward on the CPU (torch 2.13): use backend='sdpa' "
+                "to train, or run under torch.no_grad()"
+            )
+        q, k, v = q.detach(), k.detach(), v.detach()  # no graph anyway; flex refuses them
     flex = flex_attention_compiled(q.device.type)
     dtype = q.dtype
     if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
