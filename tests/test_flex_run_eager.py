@@ -91,3 +91,20 @@ def test_inside_a_traced_call_the_kernel_is_called_directly(monkeypatch):
         got = attention_mod._run(q, k, v, step, HD**-0.5)
     assert len(calls) == 1 and got.dtype == torch.bfloat16
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_eager_calls_allow_64_recompiles_inside_the_kernel_call_only(monkeypatch):
+    # each new shape or score_mod compiles once: dynamo's default limit (8) is raised to 64
+    # for this call alone
+    limits = []
+
+    def counted(*args, **kwargs):
+        limits.append(torch._dynamo.config.recompile_limit)
+        return flex_attention(*args, **kwargs)
+
+    monkeypatch.setattr(attention_mod, "flex_attention_compiled", lambda d: counted)
+    before = torch._dynamo.config.recompile_limit
+    q, k, v = _qkv()
+    with torch.no_grad():
+        attend(q, k, v, ALiBi(HEADS), backend="flex")
+    assert limits == [64] and torch._dynamo.config.recompile_limit == before

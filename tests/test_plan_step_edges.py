@@ -178,3 +178,10 @@ def test_values_narrower_or_wider_than_the_queries(v_dim):
     weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1)  # scale 1 / sqrt(4)
     assert got.shape == (1, 8, 8, v_dim)
     torch.testing.assert_close(got, weights @ v, rtol=0, atol=1e-12)
+
+
+def test_a_plan_without_a_cache_starts_at_slot_0():
+    kw = dict(causal=True, key_valid=None, heads=2, backend="sdpa", dtype=torch.float32)
+    step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
+    assert step.start == 0 and step.full_kv is False and step.cache is None
+    attention_mod.release(step)
