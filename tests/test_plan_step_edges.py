@@ -185,3 +185,30 @@ def test_a_plan_without_a_cache_starts_at_slot_0():
     step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
     assert step.start == 0 and step.full_kv is False and step.cache is None
     attention_mod.release(step)
+
+
+@pytest.mark.parametrize("device", ["cuda", torch.device("cuda")])
+def test_auto_plans_flex_for_a_score_bias_on_cuda_with_the_mask_there(monkeypatch, device):
+    # flex_plan replaced: the CUDA device is only named, never used
+    seen = {}
+    monkeypatch.setattr(attention_mod, "flex_plan", lambda *a, **kw: seen.update(kw) or (1, 2))
+    kw = dict(causal=True, key_valid=None, heads=2, backend="auto", dtype=torch.float32)
+    step = attention_mod.plan(ALiBi(2), range(3), range(3), device=device, **kw)
+    assert step.backend == "flex" and (step.score_mod, step.block_mask) == (1, 2)
+    assert seen["device"] == device and seen["causal"] is True and seen["q_start"] is None
+
+
+class _WrongHeads(PositionalEncoding):
+    def score_bias(self, q_positions, k_positions):
+        return torch.zeros(1, 3, len(q_positions), len(k_positions))
+
+
+def test_a_plan_that_fails_gives_the_workspace_back():
+    kw = dict(causal=True, key_valid=None, heads=2, backend="sdpa", dtype=torch.float32)
+    with torch.no_grad(), pytest.raises(ValueError, match="gives 3 heads, attention has 2"):
+        attention_mod.plan(_WrongHeads(), range(3), range(3), device=None, **kw)
+    assert getattr(attention_mod._LOCAL, "holder", None) is None
+    with torch.no_grad():  # the next step gets it
+        step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
+    assert step.holds_workspace
+    attention_mod.release(step)
