@@ -34,12 +34,14 @@ def _qkv(dtype=torch.float32, grad=False):
 
 
 def _reference(q, k, v):
-    """Causal ALiBi attention in float64: softmax(q k^T / sqrt(d) - slope * (i - j)) v."""
+    """Causal ALiBi attention in float64, the queries at the last key positions:
+    softmax(q k^T / sqrt(d) - slope * (i - j), j <= i) v."""
     slopes = torch.from_numpy(posenc.alibi_slopes(HEADS))[:, None, None]  # (heads, 1, 1)
-    i = torch.arange(SEQ)
-    dist = (i[:, None] - i[None]).double()  # (seq, seq): query - key
+    i = torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2])  # query positions (sq,)
+    j = torch.arange(k.shape[-2])  # key positions (sk,)
+    dist = (i[:, None] - j[None]).double()  # (sq, sk): query - key
     scores = q.double() @ k.double().transpose(-1, -2) / HD**0.5 - slopes * dist
-    scores = scores.masked_fill(i[None] > i[:, None], float("-inf"))
+    scores = scores.masked_fill(j[None] > i[:, None], float("-inf"))
     return torch.softmax(scores, -1) @ v.double()
 
 
@@ -108,3 +110,10 @@ def test_eager_calls_allow_64_recompiles_inside_the_kernel_call_only(monkeypatch
     with torch.no_grad():
         attend(q, k, v, ALiBi(HEADS), backend="flex")
     assert limits == [64] and torch._dynamo.config.recompile_limit == before
+
+
+def test_fewer_queries_than_keys_are_the_last_positions():
+    q, k, v = _qkv()
+    with torch.no_grad():
+        got = attend(q[:, :, -2:], k, v, ALiBi(HEADS), backend="flex")  # queries 3, 4 of 0..4
+    torch.testing.assert_close(got.double(), _reference(q[:, :, -2:], k, v), rtol=0, atol=1e-5)

@@ -12,6 +12,7 @@ narrower or wider than the queries.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import pytest
 import torch
@@ -212,3 +213,23 @@ def test_a_plan_that_fails_gives_the_workspace_back():
         step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
     assert step.holds_workspace
     attention_mod.release(step)
+
+
+def test_a_step_released_from_another_thread_is_left_to_its_own():
+    kw = dict(causal=True, key_valid=None, heads=2, backend="sdpa", dtype=torch.float32)
+    with torch.no_grad():
+        step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
+    errors = []
+    worker = threading.Thread(target=lambda: _release_or_record(step, errors))
+    worker.start()
+    worker.join()
+    assert errors == [] and attention_mod._LOCAL.holder is step  # still this thread's
+    attention_mod.release(step)
+    assert attention_mod._LOCAL.holder is None
+
+
+def _release_or_record(step, errors):
+    try:
+        attention_mod.release(step)  # another thread: its workspace, not this step's
+    except Exception as e:  # noqa: BLE001 - reported by the test
+        errors.append(e)
