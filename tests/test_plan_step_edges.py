@@ -225,7 +225,7 @@ def test_a_step_released_from_another_thread_is_left_to_its_own():
     worker.join()
     assert errors == [] and attention_mod._LOCAL.holder is step  # still this thread's
     attention_mod.release(step)
-    assert attention_mod._LOCAL.holder is None
+    assert attention_mod._LOCAL.holder is None and step.holds_workspace is False
 
 
 def _release_or_record(step, errors):
