@@ -273,3 +273,15 @@ def test_q_and_k_on_different_implementations_are_rotated_apart(monkeypatch):
         got = kernels.rotate_qk(q, k, cs.double(), cs, "interleaved")
     assert calls == [1] and len(eager) == 1
     _check_qk(got, q, k, "interleaved")
+
+
+def test_an_implementation_passed_to_rotate_qk_serves_both_q_and_k(monkeypatch):
+    calls, expr = _launches(monkeypatch), _spy(monkeypatch, "rotate_expr")
+    q, k, cs = _x(), _x(seed=1), _cs()
+    with torch.no_grad():
+        got = kernels.rotate_qk(q, k, cs, cs, "half", impl="triton")
+        assert calls == [2] and expr == []  # one launch for both
+        _check_qk(got, q, k, "half")
+        got = kernels.rotate_qk(q, k, cs, cs, "half", impl="expr")
+    assert calls == [2] and len(expr) == 2
+    _check_qk(got, q, k, "half")
