@@ -285,3 +285,23 @@ def test_an_implementation_passed_to_rotate_qk_serves_both_q_and_k(monkeypatch):
         got = kernels.rotate_qk(q, k, cs, cs, "half", impl="expr")
     assert calls == [2] and len(expr) == 2
     _check_qk(got, q, k, "half")
+
+
+def test_triton_is_refused_under_torch_func_and_chosen_from_the_cuda_row():
+    x = torch.ones(1, 1, 2, 4)
+    message = "impl='triton' takes float32/16-bit, <= 4-D, no torch.func, got torch.float32, "
+    errors = []
+
+    def forced(t):
+        try:
+            kernels.choose(t, "triton")
+        except ValueError as e:
+            errors.append(str(e))
+        return t
+
+    torch.func.vmap(forced)(x[None])
+    assert errors == [message + "4-D, functorch"]
+    # a CUDA tensor's call reads the CUDA row (no GPU needed to ask _choose)
+    cuda = types.SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32, dim=lambda: 4)
+    assert kernels._choose(cuda, None, "plain") == "triton"
+    assert kernels._choose(cuda, None, "autograd") == "triton"
