@@ -305,3 +305,30 @@ def test_triton_is_refused_under_torch_func_and_chosen_from_the_cuda_row():
     cuda = types.SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32, dim=lambda: 4)
     assert kernels._choose(cuda, None, "plain") == "triton"
     assert kernels._choose(cuda, None, "autograd") == "triton"
+
+
+# --- the Triton launcher reads any [cos, sin] view ----------------------------------------
+
+
+def _views_of(cs):
+    """``cs`` (seq, h, 2) as views with other strides: pairs strided, [cos, sin] strided."""
+    seq, h, _ = cs.shape
+    spread = torch.zeros(seq, 2 * h, 2)
+    spread[:, ::2] = cs  # every other pair: stride(-2) == 4
+    apart = torch.zeros(seq, 2, h, 2)
+    apart[..., 0] = cs.permute(0, 2, 1)  # cos and sin h * 2 apart: stride(-1) == 2 * h
+    return {
+        "pairs strided": spread[:, ::2],
+        "cos and sin apart": apart[..., 0].permute(0, 2, 1),
+        "transposed": cs.permute(2, 0, 1).contiguous().permute(1, 2, 0),  # stride(-2) == 1
+    }
+
+
+@pytest.mark.parametrize("view", ["pairs strided", "cos and sin apart", "transposed"])
+def test_triton_reads_a_table_of_any_strides(view):
+    x, cs = _x(), _cs()
+    strided = _views_of(cs)[view]
+    assert torch.equal(strided, cs) and not strided.is_contiguous()
+    with torch.no_grad():
+        got = kernels.rotate(x, strided, "interleaved", impl="triton")
+    torch.testing.assert_close(got.double(), _ref(x, "interleaved"), rtol=0, atol=2e-6)
