@@ -311,20 +311,26 @@ def test_triton_is_refused_under_torch_func_and_chosen_from_the_cuda_row():
 
 
 def _views_of(cs):
-    """``cs`` (seq, h, 2) as views with other strides: pairs strided, [cos, sin] strided."""
+    """``cs`` (seq, h, 2) as views with other strides: pairs strided or padded, [cos, sin]
+    apart, transposed."""
     seq, h, _ = cs.shape
     spread = torch.zeros(seq, 2 * h, 2)
     spread[:, ::2] = cs  # every other pair: stride(-2) == 4
     apart = torch.zeros(seq, 2, h, 2)
     apart[..., 0] = cs.permute(0, 2, 1)  # cos and sin h * 2 apart: stride(-1) == 2 * h
+    padded = torch.zeros(seq, h, 3)
+    padded[..., :2] = cs  # each pair followed by a gap: stride(-2) == 3
     return {
         "pairs strided": spread[:, ::2],
+        "pairs padded": padded[..., :2],
         "cos and sin apart": apart[..., 0].permute(0, 2, 1),
         "transposed": cs.permute(2, 0, 1).contiguous().permute(1, 2, 0),  # stride(-2) == 1
     }
 
 
-@pytest.mark.parametrize("view", ["pairs strided", "cos and sin apart", "transposed"])
+@pytest.mark.parametrize(
+    "view", ["pairs strided", "pairs padded", "cos and sin apart", "transposed"]
+)
 def test_triton_reads_a_table_of_any_strides(view):
     x, cs = _x(), _cs()
     strided = _views_of(cs)[view]
