@@ -93,3 +93,16 @@ def test_two_failed_steps_in_a_row_leave_the_cache_as_it_was():
     assert len(cache) == 2 and torch.equal(cache.positions, before)
     assert not cache.valid[:, 2:].any()
     torch.testing.assert_close(attn(x[:, 2:], cache=cache), attn(x)[:, 2:], rtol=1e-10, atol=0)
+
+
+def test_range_positions_in_a_grid_cache_are_built_on_the_cache_device():
+    # a cache on meta (standing in for an accelerator) widened to 3 axes by a grid step;
+    # a later text step given as a range becomes (1, n, 3) coordinates on the cache's device
+    cache = KVCache(layers=1, batch=1, max_len=8, kv_heads=1, key_dim=4, value_dim=4,
+                    device="meta")  # fmt: skip
+    cache._grid_positions(torch.zeros(1, 2, 3, dtype=torch.long, device="meta"))
+    q_pos = cache._grid_positions(range(2, 4))
+    assert q_pos.device.type == "meta" and q_pos.shape == (1, 2, 3)
+    on_cpu = KVCache(layers=1, batch=1, max_len=8, kv_heads=1, key_dim=4, value_dim=4)
+    on_cpu._grid_positions(torch.zeros(1, 2, 3, dtype=torch.long))
+    assert on_cpu._grid_positions(range(2, 4)).tolist() == [[[2, 2, 2], [3, 3, 3]]]

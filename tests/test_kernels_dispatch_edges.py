@@ -338,3 +338,15 @@ def test_triton_reads_a_table_of_any_strides(view):
     with torch.no_grad():
         got = kernels.rotate(x, strided, "interleaved", impl="triton")
     torch.testing.assert_close(got.double(), _ref(x, "interleaved"), rtol=0, atol=2e-6)
+
+
+def test_triton_rotates_a_sequence_longer_than_one_programs_block():
+    # head_dim 8: a program takes _TILE / 8 = 512 rows; 9000 rows need 18 programs per head
+    # (and more than the 8192 rows a block could ever be sized to)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 1, 9000, HD, generator=g)
+    cs = kernels.cos_sin(torch.arange(9000), INV_FREQ, 1.0, torch.float32)
+    with torch.no_grad():
+        got = kernels.rotate(x, cs, "half", impl="triton")
+    want = posenc.rope(x.double().numpy(), np.arange(9000))
+    torch.testing.assert_close(got.double(), torch.from_numpy(want), rtol=0, atol=1e-5)
