@@ -20,6 +20,10 @@ import posenc  # noqa: E402
 from posenc.torch import kernels  # noqa: E402
 
 HD, SEQ = 8, 5
+OUT_ERROR = (  # rotate's refusal of out= for a recorded or traced call
+    "out= needs plain eager inference: x requires grad or is being traced "
+    "(use torch.no_grad() and no transform, or drop out=)"
+)
 INV_FREQ = 10_000.0 ** -(torch.arange(0, HD, 2, dtype=torch.float64) / HD)  # (HD // 2,)
 
 
@@ -153,11 +157,7 @@ def test_rotate_returns_out_or_x_itself_as_asked(impl):
 
 def test_recorded_calls_refuse_out_and_ignore_inplace():
     x, cs = _x().requires_grad_(), _cs()
-    message = (
-        "out= needs plain eager inference: x requires grad or is being traced "
-        "(use torch.no_grad() and no transform, or drop out=)"
-    )
-    with raises_exactly(message):
+    with raises_exactly(OUT_ERROR):
         kernels.rotate(x, cs, "half", out=torch.empty_like(x))
     x0 = x.detach().clone()
     y = kernels.rotate(x, cs, "half", inplace=True)  # a new tensor: x keeps its values
@@ -235,11 +235,7 @@ def test_recorded_q_and_k_share_one_op_unless_their_modes_differ(monkeypatch):
         got = kernels.rotate_qk(q, k, cs, cs, "interleaved")
         assert calls == [2] and all(y.grad_fn is not None for y in got)
         _check_qk([y.detach() for y in got], q.detach(), k.detach(), "interleaved")
-        message = (
-            "out= needs plain eager inference: x requires grad or is being traced "
-            "(use torch.no_grad() and no transform, or drop out=)"
-        )
-        with raises_exactly(message):
+        with raises_exactly(OUT_ERROR):
             kernels.rotate_qk(q, k, cs, cs, "half", out=(torch.empty_like(q), torch.empty_like(k)))
         calls.clear()
         got = kernels.rotate_qk(q, k.detach(), cs, cs, "half")  # autograd q, plain k

@@ -17,6 +17,7 @@ import threading
 import pytest
 import torch
 from expect import raises_exactly
+from test_attend_edges import _WrongHeads  # a score bias with 3 heads
 
 from posenc.torch import (
     ALiBi,
@@ -33,6 +34,12 @@ KW = dict(causal=True, heads=2, dtype=torch.float32)
 
 def _cache():
     return KVCache(layers=1, batch=2, max_len=8, kv_heads=1, key_dim=4, value_dim=4)
+
+
+def _plan(encoding, *, backend="sdpa", device=None):
+    """``plan`` of a 3-token causal step without a cache or padding."""
+    return attention_mod.plan(encoding, range(3), range(3), key_valid=None, backend=backend,
+                              device=device, **KW)  # fmt: skip
 
 
 def _planned(monkeypatch, encoding, cache, *, positions=None, padding_mask=None, **kw):
@@ -182,8 +189,7 @@ def test_values_narrower_or_wider_than_the_queries(v_dim):
 
 
 def test_a_plan_without_a_cache_starts_at_slot_0():
-    kw = dict(causal=True, key_valid=None, heads=2, backend="sdpa", dtype=torch.float32)
-    step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
+    step = _plan(ALiBi(2))
     assert step.start == 0 and step.full_kv is False and step.cache is None
     attention_mod.release(step)
 
@@ -193,32 +199,24 @@ def test_auto_plans_flex_for_a_score_bias_on_cuda_with_the_mask_there(monkeypatc
     # flex_plan replaced: the CUDA device is only named, never used
     seen = {}
     monkeypatch.setattr(attention_mod, "flex_plan", lambda *a, **kw: seen.update(kw) or (1, 2))
-    kw = dict(causal=True, key_valid=None, heads=2, backend="auto", dtype=torch.float32)
-    step = attention_mod.plan(ALiBi(2), range(3), range(3), device=device, **kw)
+    step = _plan(ALiBi(2), backend="auto", device=device)
     assert step.backend == "flex" and (step.score_mod, step.block_mask) == (1, 2)
     assert seen["device"] == device and seen["causal"] is True and seen["q_start"] is None
 
 
-class _WrongHeads(PositionalEncoding):
-    def score_bias(self, q_positions, k_positions):
-        return torch.zeros(1, 3, len(q_positions), len(k_positions))
-
-
 def test_a_plan_that_fails_gives_the_workspace_back():
-    kw = dict(causal=True, key_valid=None, heads=2, backend="sdpa", dtype=torch.float32)
     with torch.no_grad(), pytest.raises(ValueError, match="gives 3 heads, attention has 2"):
-        attention_mod.plan(_WrongHeads(), range(3), range(3), device=None, **kw)
+        _plan(_WrongHeads())
     assert getattr(attention_mod._LOCAL, "holder", None) is None
     with torch.no_grad():  # the next step gets it
-        step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
+        step = _plan(ALiBi(2))
     assert step.holds_workspace
     attention_mod.release(step)
 
 
 def test_a_step_released_from_another_thread_is_left_to_its_own():
-    kw = dict(causal=True, key_valid=None, heads=2, backend="sdpa", dtype=torch.float32)
     with torch.no_grad():
-        step = attention_mod.plan(ALiBi(2), range(3), range(3), device=None, **kw)
+        step = _plan(ALiBi(2))
     errors = []
     worker = threading.Thread(target=lambda: _release_or_record(step, errors))
     worker.start()

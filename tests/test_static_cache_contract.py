@@ -25,9 +25,9 @@ def _x(n=10):
     return torch.randn(2, n, DIM, generator=torch.Generator().manual_seed(1))
 
 
-def _cache(batch=2, max_len=4):
+def _cache(batch=2, max_len=4, device=None):
     return StaticKVCache(layers=1, batch=batch, max_len=max_len, kv_heads=1, key_dim=2,
-                         value_dim=2)  # fmt: skip
+                         value_dim=2, device=device)  # fmt: skip
 
 
 def test_a_step_that_fails_after_writing_its_slots_is_undone():
@@ -63,8 +63,7 @@ def test_given_positions_then_chunks_continue_each_row(given):
 
 
 def test_every_buffer_lives_on_the_device_asked_for():
-    cache = StaticKVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2,
-                          device="meta")  # fmt: skip
+    cache = _cache(device="meta")
     for t in (cache.filled, cache.next_position, cache.slots, cache.positions, cache.valid,
               cache.keys[0], cache.values[0]):  # fmt: skip
         assert t.device.type == "meta"
@@ -88,8 +87,7 @@ def test_a_padding_mask_on_another_device_is_moved_to_the_cache_when_traced(monk
     # stats (blind while is_compiling is patched) see this test reach _begin.
     _cache()._begin(None, None, 2, 1)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    cache = StaticKVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2,
-                          device="meta")  # fmt: skip
+    cache = _cache(device="meta")
     mask = torch.tensor([[False, True], [True, True]])  # on the CPU
     _, q_pos, k_pos, key_valid = cache._begin(None, mask, 2, 2)
     assert cache.valid.device.type == "meta" and key_valid.device.type == "meta"
@@ -101,8 +99,7 @@ def test_every_step_kind_builds_its_indices_on_the_cache_device(monkeypatch, pos
     # slots, range positions and CPU per-row positions all land where the (meta) cache lives
     _cache()._begin(None, None, 2, 1)  # plain call first, for mutmut's stats (as above)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    cache = StaticKVCache(layers=1, batch=2, max_len=4, kv_heads=1, key_dim=2, value_dim=2,
-                          device="meta")  # fmt: skip
+    cache = _cache(device="meta")
     given = {None: None, "range": range(1, 3), "tensor": torch.tensor([[1, 2], [3, 4]])}
     _, q_pos, k_pos, _ = cache._begin(given[positions], None, 2, 2)
     cache._commit()

@@ -107,20 +107,20 @@ def _outside(got):
     )
 
 
-def test_float16_window_upper_edge_for_a_range():
+@pytest.mark.parametrize(
+    ("inside", "outside", "named"),
+    [
+        (range(32, 39), range(33, 40), 39),  # last position 38: exactly 6 above the centre
+        (range(26, 31), range(25, 30), 25),  # first position 26: exactly 6 below the centre
+    ],
+    ids=["upper", "lower"],
+)
+def test_float16_window_edge_for_a_range(inside, outside, named):
     xpos = _small()
-    qx, kx = _call(xpos, range(32, 39))  # last position 38: exactly 6 above the centre
+    qx, kx = _call(xpos, inside)
     assert torch.isfinite(qx).all() and torch.isfinite(kx).all()
-    with raises_exactly(_outside(39)):
-        _call(xpos, range(33, 40))
-
-
-def test_float16_window_lower_edge_for_a_range():
-    xpos = _small()
-    qx, kx = _call(xpos, range(26, 31))  # first position 26: exactly 6 below the centre
-    assert torch.isfinite(qx).all() and torch.isfinite(kx).all()
-    with raises_exactly(_outside(25)):
-        _call(xpos, range(25, 30))
+    with raises_exactly(_outside(named)):
+        _call(xpos, outside)
 
 
 def test_float16_window_names_the_lower_end_when_both_are_as_far():
