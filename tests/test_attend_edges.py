@@ -25,7 +25,8 @@ from expect import raises_exactly
 
 import posenc
 from posenc.torch import ALiBi, AxialRotaryEmbedding, PositionalEncoding, attend, attention_mask
-from posenc.torch import attention as attention_mod
+from posenc.torch.attention import core as core_mod
+from posenc.torch.attention import mask as mask_mod
 
 
 def _ref(q, k, v, *, bias=None, allowed=None, scale=None):
@@ -243,19 +244,19 @@ def test_workspace_follows_dtype_and_shape_changes():
 
 def test_workspace_is_free_after_attend_and_reused():
     _alibi_call(torch.float64, 2, 3)
-    assert getattr(attention_mod._LOCAL, "holder", None) is None
-    buf = attention_mod._LOCAL.mask
+    assert getattr(mask_mod._LOCAL, "holder", None) is None
+    buf = mask_mod._LOCAL.mask
     got, want = _alibi_call(torch.float64, 2, 3, seed=4)
-    assert attention_mod._LOCAL.mask is buf  # same shape, dtype, device: reused
+    assert mask_mod._LOCAL.mask is buf  # same shape, dtype, device: reused
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
 
 
 def test_workspace_follows_device_change_alone():
-    step = attention_mod.Step(range(2), range(2), None, 0)
-    cpu = attention_mod._workspace((1, 2, 2, 2), torch.float32, "cpu", step)
-    attention_mod.release(step)
-    meta = attention_mod._workspace((1, 2, 2, 2), torch.float32, "meta", step)
-    attention_mod.release(step)
+    step = core_mod.Step(range(2), range(2), None, 0)
+    cpu = mask_mod._workspace((1, 2, 2, 2), torch.float32, "cpu", step)
+    mask_mod.release(step)
+    meta = mask_mod._workspace((1, 2, 2, 2), torch.float32, "meta", step)
+    mask_mod.release(step)
     assert cpu.device.type == "cpu"
     assert meta.device.type == "meta"
     assert meta.shape == (1, 2, 2, 2) and meta.dtype == torch.float32

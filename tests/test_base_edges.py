@@ -11,8 +11,8 @@ from expect import raises_exactly
 
 import posenc
 from posenc.torch import ALiBi, PositionalEncoding, T5RelativeBias
-from posenc.torch.base import check_qk
-from posenc.torch.learned_bias import FIRE
+from posenc.torch.encodings.base import check_qk
+from posenc.torch.encodings.scores.learned_bias import FIRE
 
 
 class _FixedBias(PositionalEncoding):

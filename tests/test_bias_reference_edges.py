@@ -14,7 +14,7 @@ import numpy as np
 from expect import raises_exactly
 
 import posenc
-from posenc.bias import relative_positions
+from posenc.encodings.scores.bias import relative_positions
 
 HALF = [Fraction(1, 2)]  # an exact slope / parameter that is not a float
 

@@ -57,7 +57,7 @@ def test_a_failed_step_leaves_the_cache_as_it_was():
 
 
 def test_public_attention_mask_returns_fresh_memory_and_no_workspace_without_a_bias():
-    from posenc.torch import attention as core
+    from posenc.torch.attention import mask as mask_mod
 
     with torch.no_grad():
         m1, _ = attention_mask(ALiBi(2), range(4), range(4), causal=True, heads=2,
@@ -71,7 +71,7 @@ def test_public_attention_mask_returns_fresh_memory_and_no_workspace_without_a_b
         attn = MultiHeadAttention(16, 4, encoding=RotaryEmbedding(4, max_len=64))
         with torch.no_grad():
             attn(torch.randn(1, 32, 16), padding_mask=torch.ones(1, 32, dtype=torch.bool))
-        seen["mask"] = getattr(core._LOCAL, "mask", None)
+        seen["mask"] = getattr(mask_mod._LOCAL, "mask", None)
 
     thread = threading.Thread(target=rope_only)
     thread.start()

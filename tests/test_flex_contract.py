@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from posenc.torch import NoPE, _flex
+from posenc.torch import NoPE
+from posenc.torch.attention import flex as _flex
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

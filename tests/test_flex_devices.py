@@ -17,7 +17,8 @@ import warnings
 import pytest
 import torch
 
-from posenc.torch import ALiBi, _flex
+from posenc.torch import ALiBi
+from posenc.torch.attention import flex as _flex
 
 
 def _recorded_compile(monkeypatch):

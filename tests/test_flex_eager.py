@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posenc.torch import FIRE, KERPLE, ALiBi, T5RelativeBias, attention_mask
-from posenc.torch._flex import flex_plan
+from posenc.torch.attention.flex import flex_plan
 
 ENCODINGS = {
     "alibi": lambda: ALiBi(4),

@@ -12,8 +12,10 @@ import torch
 from test_kv_cache import LEFT_PAD, LEFT_POS, V, make_lm
 from torch.nn.attention.flex_attention import flex_attention
 
-from posenc.torch import FIRE, KERPLE, ALiBi, NoPE, RotaryEmbedding, T5RelativeBias, _flex
-from posenc.torch.attention import _run, plan, release, resolve_backend
+from posenc.torch import FIRE, KERPLE, ALiBi, NoPE, RotaryEmbedding, T5RelativeBias
+from posenc.torch.attention import flex as _flex
+from posenc.torch.attention.core import _run, plan, resolve_backend
+from posenc.torch.attention.mask import release
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 HEADS, HD = 4, 8

@@ -599,7 +599,8 @@ def _hf_config_modules():
 
 
 def test_partial_rotary_factor_defaults_are_those_of_hf_config_classes():
-    from posenc import _hf
+    from posenc.hf import config as _hf
+    from posenc.hf import defaults
 
     checked = []
     for model_type, cls in _hf_config_modules():
@@ -611,11 +612,11 @@ def test_partial_rotary_factor_defaults_are_those_of_hf_config_classes():
             continue  # per layer type: from_hf refuses those (tested above)
         want = params.get("partial_rotary_factor", 1.0)
         cfg = {"model_type": model_type}
-        if model_type in _hf._DERIVED_PARTIAL:
+        if model_type in defaults.DERIVED_PARTIAL:
             with pytest.raises(ValueError, match="config has no partial_rotary_factor"):
-                _hf._partial_factor(cfg, {}, model_type)
+                _hf.partial_factor(cfg, {}, model_type)
         else:
-            assert _hf._partial_factor(cfg, {}, model_type) == want, model_type
+            assert _hf.partial_factor(cfg, {}, model_type) == want, model_type
         checked.append(model_type)
     for name in ("phi", "glm", "nemotron", "persimmon", "stablelm", "qwen3_next", "gpt_neox"):
         assert name in checked
@@ -688,7 +689,7 @@ def test_head_dim_defaults_are_those_of_hf_config_classes():
 
     from transformers import CONFIG_MAPPING
 
-    from posenc import _hf
+    from posenc.hf import config as _hf
 
     checked = 0
     for model_type, cls in sorted(CONFIG_MAPPING.items()):
@@ -701,7 +702,7 @@ def test_head_dim_defaults_are_those_of_hf_config_classes():
         if want is None:
             continue
         cfg = {"model_type": model_type, "hidden_size": 1200, "num_attention_heads": 12}
-        assert _hf._head_dim(cfg) == want, model_type
+        assert _hf.head_dim(cfg) == want, model_type
         checked += 1
     assert checked > 100
 

@@ -17,7 +17,7 @@ from posenc.torch import (
     StaticKVCache,
     TransformerLM,
 )
-from posenc.torch.mha import share_encoding
+from posenc.torch.model.mha import share_encoding
 
 
 def _reference(attn, x, scale=None, bias=None, width=1):
@@ -177,12 +177,11 @@ def test_raw_key_cache_is_head_dim_wide_and_decodes_like_a_full_pass(static):
 def test_raw_key_cache_decodes_over_the_whole_buffer_with_flex(monkeypatch):
     from torch.nn.attention.flex_attention import flex_attention
 
-    import posenc.torch.attention
+    import posenc.torch.attention.core
 
     # eager FlexAttention (no compile): the flex plan attends over every cache slot
-    monkeypatch.setattr(
-        posenc.torch.attention, "flex_attention_compiled", lambda device_type="cpu": flex_attention
-    )
+    core = posenc.torch.attention.core
+    monkeypatch.setattr(core, "flex_attention_compiled", lambda device_type="cpu": flex_attention)
     torch.manual_seed(2)
     attn = MultiHeadAttention(8, 2, encoding=_Doubled(), backend="flex").double()
     x = torch.randn(1, 5, 8, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""plan_step's decisions (posenc.torch.attention), read from what it hands to ``plan``: the
+"""plan_step's decisions (posenc.torch.cache.step), read from what it hands to ``plan``: the
 first slot and key span of a step without a cache, the whole-buffer keys that FlexAttention
 gets with a growing cache (asked for, or chosen by ``"auto"`` for a score bias on CUDA: the
 device is only named, never used, because ``plan`` is replaced), and position checks that
@@ -27,7 +27,9 @@ from posenc.torch import (
     StaticKVCache,
     T5RelativeBias,
 )
-from posenc.torch import attention as attention_mod
+from posenc.torch.attention import core as core_mod
+from posenc.torch.attention import mask as mask_mod
+from posenc.torch.cache import step as step_mod
 
 KW = dict(causal=True, heads=2, dtype=torch.float32)
 
@@ -38,15 +40,15 @@ def _cache():
 
 def _plan(encoding, *, backend="sdpa", device=None):
     """``plan`` of a 3-token causal step without a cache or padding."""
-    return attention_mod.plan(encoding, range(3), range(3), key_valid=None, backend=backend,
+    return core_mod.plan(encoding, range(3), range(3), key_valid=None, backend=backend,
                               device=device, **KW)  # fmt: skip
 
 
 def _planned(monkeypatch, encoding, cache, *, positions=None, padding_mask=None, **kw):
     """Run plan_step with ``plan`` replaced: return what plan would have been given."""
     seen = {}
-    monkeypatch.setattr(attention_mod, "plan", lambda enc, q, k, **a: seen.update(q=q, k=k, **a))
-    attention_mod.plan_step(encoding, 2, 3, positions, padding_mask, cache, **KW, **kw)
+    monkeypatch.setattr(step_mod, "plan", lambda enc, q, k, **a: seen.update(q=q, k=k, **a))
+    step_mod.plan_step(encoding, 2, 3, positions, padding_mask, cache, **KW, **kw)
     return seen
 
 
@@ -102,24 +104,24 @@ def test_grid_positions_for_a_one_axis_encoding_are_refused_with_a_cache(static,
 def test_allowed_slots_are_built_on_the_device_asked_for(causal):
     # key_valid on the CPU, mask on another device (meta stands in for a GPU)
     key_valid = torch.tensor([[True, False, True, True]])
-    allowed = attention_mod._allowed(2, 4, causal, key_valid, "meta")
+    allowed = mask_mod._allowed(2, 4, causal, key_valid, "meta")
     assert allowed.device.type == "meta" and allowed.shape == (1, 1, 2, 4)
-    on_cpu = attention_mod._allowed(2, 4, causal, key_valid, "cpu")  # the values, for reference
+    on_cpu = mask_mod._allowed(2, 4, causal, key_valid, "cpu")  # the values, for reference
     want = [[True, False, True, not causal], [True, False, True, True]]
     assert on_cpu[0, 0].tolist() == want
 
 
 def test_the_math_kernel_is_forced_only_for_a_transformed_cpu_mask():
     mask = torch.zeros(1, 1, 2, 2)
-    assert isinstance(attention_mod._kernels_for(mask), contextlib.nullcontext)
-    assert isinstance(attention_mod._kernels_for(None), contextlib.nullcontext)
+    assert isinstance(core_mod._kernels_for(mask), contextlib.nullcontext)
+    assert isinstance(core_mod._kernels_for(None), contextlib.nullcontext)
     kinds = []
-    torch.func.vmap(lambda m: kinds.append(type(attention_mod._kernels_for(m))) or m)(mask[None])
+    torch.func.vmap(lambda m: kinds.append(type(core_mod._kernels_for(m))) or m)(mask[None])
     assert kinds and kinds[0] is not contextlib.nullcontext
 
 
 def _step(q_positions):
-    return attention_mod.Step(q_positions, q_positions, None, 0)
+    return core_mod.Step(q_positions, q_positions, None, 0)
 
 
 @pytest.mark.parametrize("rows", [1, 2])
@@ -128,18 +130,18 @@ def test_the_reused_bias_buffer_has_one_row_per_position_row(rows):
     # (rows of positions, heads, seq_q, seq_k); positions per row (2 rows, 5 tokens) differ
     pos = torch.tensor([[0, 1, 2, 3, 4], [3, 4, 5, 6, 7]])[:rows]
     alibi = ALiBi(2)
-    want, _ = attention_mod.attention_mask(
+    want, _ = mask_mod.attention_mask(
         alibi, pos, pos, causal=True, heads=2, dtype=torch.float32
     )  # no step: a fresh tensor
     step = _step(pos)
     try:
         with torch.no_grad():
-            got, _ = attention_mod._mask(alibi, pos, pos, True, None, 2, torch.float32, None, step)
+            got, _ = mask_mod._mask(alibi, pos, pos, True, None, 2, torch.float32, None, step)
         assert step.holds_workspace and got.shape == (rows, 2, 5, 5)
-        assert got is attention_mod._LOCAL.mask  # written in place, no fresh (b, h, sq, sk)
+        assert got is mask_mod._LOCAL.mask  # written in place, no fresh (b, h, sq, sk)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     finally:
-        attention_mod.release(step)
+        mask_mod.release(step)
 
 
 class _OnItsDevice(PositionalEncoding):
@@ -153,11 +155,11 @@ def test_the_reused_bias_buffer_is_made_on_the_device_asked_for():
     step = _step(range(3))
     try:
         with torch.no_grad():
-            got, _ = attention_mod._mask(_OnItsDevice(), range(3), range(3), True, None, 2,
+            got, _ = mask_mod._mask(_OnItsDevice(), range(3), range(3), True, None, 2,
                                          torch.float32, "meta", step)  # fmt: skip
         assert step.holds_workspace and got.device.type == "meta" and got.shape == (1, 2, 3, 3)
     finally:
-        attention_mod.release(step)
+        mask_mod.release(step)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -165,7 +167,7 @@ def test_a_score_bias_mask_comes_in_the_dtype_asked_for(causal):
     # T5's bias is computed in float32; the mask is rounded to the dtype SDPA will get
     t5 = T5RelativeBias(2, bidirectional=True)
     for dtype in (torch.float16, torch.bfloat16, torch.float64):
-        mask, is_causal = attention_mod.attention_mask(
+        mask, is_causal = mask_mod.attention_mask(
             t5, range(3), range(3), causal=causal, heads=2, dtype=dtype
         )
         want = t5.score_bias(range(3), range(3)).double()  # (1, 2, 3, 3)
@@ -182,7 +184,7 @@ def test_values_narrower_or_wider_than_the_queries(v_dim):
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, 8, 8, 4, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(1, 8, 8, v_dim, generator=g, dtype=torch.float64)
-    got = attention_mod.attend(q, k, v, causal=False)
+    got = core_mod.attend(q, k, v, causal=False)
     weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1)  # scale 1 / sqrt(4)
     assert got.shape == (1, 8, 8, v_dim)
     torch.testing.assert_close(got, weights @ v, rtol=0, atol=1e-12)
@@ -191,14 +193,14 @@ def test_values_narrower_or_wider_than_the_queries(v_dim):
 def test_a_plan_without_a_cache_starts_at_slot_0():
     step = _plan(ALiBi(2))
     assert step.start == 0 and step.full_kv is False and step.cache is None
-    attention_mod.release(step)
+    mask_mod.release(step)
 
 
 @pytest.mark.parametrize("device", ["cuda", torch.device("cuda")])
 def test_auto_plans_flex_for_a_score_bias_on_cuda_with_the_mask_there(monkeypatch, device):
     # flex_plan replaced: the CUDA device is only named, never used
     seen = {}
-    monkeypatch.setattr(attention_mod, "flex_plan", lambda *a, **kw: seen.update(kw) or (1, 2))
+    monkeypatch.setattr(core_mod, "flex_plan", lambda *a, **kw: seen.update(kw) or (1, 2))
     step = _plan(ALiBi(2), backend="auto", device=device)
     assert step.backend == "flex" and (step.score_mod, step.block_mask) == (1, 2)
     assert seen["device"] == device and seen["causal"] is True and seen["q_start"] is None
@@ -207,11 +209,11 @@ def test_auto_plans_flex_for_a_score_bias_on_cuda_with_the_mask_there(monkeypatc
 def test_a_plan_that_fails_gives_the_workspace_back():
     with torch.no_grad(), pytest.raises(ValueError, match="gives 3 heads, attention has 2"):
         _plan(_WrongHeads())
-    assert getattr(attention_mod._LOCAL, "holder", None) is None
+    assert getattr(mask_mod._LOCAL, "holder", None) is None
     with torch.no_grad():  # the next step gets it
         step = _plan(ALiBi(2))
     assert step.holds_workspace
-    attention_mod.release(step)
+    mask_mod.release(step)
 
 
 def test_a_step_released_from_another_thread_is_left_to_its_own():
@@ -221,13 +223,13 @@ def test_a_step_released_from_another_thread_is_left_to_its_own():
     worker = threading.Thread(target=lambda: _release_or_record(step, errors))
     worker.start()
     worker.join()
-    assert errors == [] and attention_mod._LOCAL.holder is step  # still this thread's
-    attention_mod.release(step)
-    assert attention_mod._LOCAL.holder is None and step.holds_workspace is False
+    assert errors == [] and mask_mod._LOCAL.holder is step  # still this thread's
+    mask_mod.release(step)
+    assert mask_mod._LOCAL.holder is None and step.holds_workspace is False
 
 
 def _release_or_record(step, errors):
     try:
-        attention_mod.release(step)  # another thread: its workspace, not this step's
+        mask_mod.release(step)  # another thread: its workspace, not this step's
     except Exception as e:  # noqa: BLE001 - reported by the test
         errors.append(e)

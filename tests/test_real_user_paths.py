@@ -101,7 +101,7 @@ def test_rope_saved_and_pickled_then_loaded_in_a_fresh_process_is_exact(tmp_path
 
 def test_settings_are_values_and_parsing_them_is_bounded():
     from posenc.scaling import DynamicNTK
-    from posenc.torch import _rope_tables as tables
+    from posenc.torch.encodings.qk import rope_tables as tables
 
     a = RotaryEmbedding(8, base=100.0, scaling=DynamicNTK(4.0, 16), max_len=64)
     b = RotaryEmbedding(8, base=100.0, scaling=DynamicNTK(4.0, 16), max_len=64)
@@ -130,7 +130,7 @@ class _HalfRatesUntil(posenc.scaling.Scaling):
 
 
 def test_a_scaling_that_is_not_a_dataclass_is_kept_by_value_and_bounded():
-    from posenc.torch import _rope_tables as tables
+    from posenc.torch.encodings.qk import rope_tables as tables
 
     x = torch.randn(1, 1, 6, 8, dtype=torch.float64)
     for n in (10, 3):  # length 6: within n, then past it (rates halved)
@@ -234,15 +234,15 @@ def test_a_hook_running_another_attention_between_layers_changes_nothing(name):
 
 
 def test_the_workspace_is_reused_by_consecutive_steps_and_not_held_after_a_failure():
-    from posenc.torch import attention as core
+    from posenc.torch.attention import mask as mask_mod
 
     lm = _lm("alibi").eval()
     with torch.no_grad():
         lm(torch.tensor([[1, 2, 3]]))
-        first = core._LOCAL.mask.data_ptr()
+        first = mask_mod._LOCAL.mask.data_ptr()
         lm(torch.tensor([[3, 2, 1]]))
-        assert core._LOCAL.mask.data_ptr() == first  # reused between steps
-        assert getattr(core._LOCAL, "holder", None) is None  # released after the step
+        assert mask_mod._LOCAL.mask.data_ptr() == first  # reused between steps
+        assert getattr(mask_mod._LOCAL, "holder", None) is None  # released after the step
 
         def fail(module, args, out):
             raise RuntimeError("a hook failed mid-step")
@@ -251,9 +251,9 @@ def test_the_workspace_is_reused_by_consecutive_steps_and_not_held_after_a_failu
         with pytest.raises(RuntimeError, match="a hook failed mid-step"):
             lm(torch.tensor([[1, 2, 3]]))
         handle.remove()
-        assert getattr(core._LOCAL, "holder", None) is None  # released even after an error
+        assert getattr(mask_mod._LOCAL, "holder", None) is None  # released even after an error
         lm(torch.tensor([[1, 2, 3]]))
-        assert core._LOCAL.mask.data_ptr() == first  # and reused again
+        assert mask_mod._LOCAL.mask.data_ptr() == first  # and reused again
 
 
 # -- 4. negative positions: eager and under vmap (compiled: test_compile_negative below) --------

@@ -1,4 +1,4 @@
-"""RoPE's cos/sin tables (posenc.torch._rope_tables): what the mutation run left unpinned.
+"""RoPE's cos/sin tables (encodings.qk.rope_tables): what the mutation run left unpinned.
 
 * ``base`` is validated before anything else in ``apply_rope`` (a bad base is refused with
   its own message, not with the message of a later check on the positions or ``seq_len``);
@@ -26,8 +26,8 @@ from expect import raises_exactly
 import posenc
 from posenc.scaling import DynamicNTK
 from posenc.torch import RotaryEmbedding, apply_rope
-from posenc.torch import _rope_tables as tables
-from posenc.torch._rope_tables import rows_to_build
+from posenc.torch.encodings.qk import rope_tables as tables
+from posenc.torch.encodings.qk.rope_tables import rows_to_build
 
 _TAGS = itertools.count()
 

@@ -30,7 +30,7 @@ EQUIVALENT = Path(__file__).with_name("mutation_equivalent.json")
 
 
 def module_of(name: str) -> str:
-    """``posenc.torch.cache.x_KVCache__begin__mutmut_3`` -> ``posenc.torch.cache``."""
+    """``posenc.torch.cache.kv.x_KVCache__begin__mutmut_3`` -> ``posenc.torch.cache.kv``."""
     return name.split(".x_")[0] if ".x_" in name else name.rsplit(".", 1)[0]
 
 

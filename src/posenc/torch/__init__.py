@@ -1,26 +1,35 @@
 """PyTorch modules of posenc (imports torch; ``import posenc`` alone does not).
 
-Encodings implement the hooks of :class:`PositionalEncoding` for the place where they
-act in attention; :func:`attend` and :class:`MultiHeadAttention` call them. See the
-architecture page.
+The subpackages are the layers, each importing only the ones below it::
+
+    model/        MultiHeadAttention, TransformerLM
+    cache/        KVCache, StaticKVCache, the planning of a cached step
+    attention/    attend, the mask or FlexAttention plan, the backends
+    encodings/    PositionalEncoding and the encodings: input/, qk/, scores/
+    kernels/      the rotation kernels (eager CPU, Triton) and their dispatch
+    positions     positions as hooks receive them (shared by every layer)
+
+Every public name is importable from here. See the architecture page.
 """
 
-from posenc.torch.absolute import LearnedEncoding, SinusoidalEncoding
-from posenc.torch.absolute_2d import SinusoidalEncoding2D
-from posenc.torch.attention import attend, attention_mask
-from posenc.torch.base import NoPE, PositionalEncoding
-from posenc.torch.bias import ALiBi, T5RelativeBias
-from posenc.torch.cache import KVCache
-from posenc.torch.learned_bias import FIRE, KERPLE
-from posenc.torch.mha import MultiHeadAttention
-from posenc.torch.model import TransformerLM
-from posenc.torch.pairing import half_to_interleaved, interleaved_to_half
-from posenc.torch.pope import PoPE
+from posenc.torch import kernels  # noqa: F401  (posenc.torch.kernels.use, .TABLE)
+from posenc.torch.attention.core import attend
+from posenc.torch.attention.mask import attention_mask
+from posenc.torch.cache.kv import KVCache
+from posenc.torch.cache.static import StaticKVCache
+from posenc.torch.encodings.base import NoPE, PositionalEncoding
+from posenc.torch.encodings.input.absolute import LearnedEncoding, SinusoidalEncoding
+from posenc.torch.encodings.input.sinusoidal_2d import SinusoidalEncoding2D
+from posenc.torch.encodings.qk.pairing import half_to_interleaved, interleaved_to_half
+from posenc.torch.encodings.qk.pope import PoPE
+from posenc.torch.encodings.qk.rope import RotaryEmbedding, apply_rope
+from posenc.torch.encodings.qk.rope_nd import AxialRotaryEmbedding, MRoPE
+from posenc.torch.encodings.qk.xpos import XPos
+from posenc.torch.encodings.scores.bias import ALiBi, T5RelativeBias
+from posenc.torch.encodings.scores.learned_bias import FIRE, KERPLE
+from posenc.torch.model.lm import TransformerLM
+from posenc.torch.model.mha import MultiHeadAttention
 from posenc.torch.positions import as_positions, position_tensor
-from posenc.torch.rotary import RotaryEmbedding, apply_rope
-from posenc.torch.rotary_nd import AxialRotaryEmbedding, MRoPE
-from posenc.torch.static_cache import StaticKVCache
-from posenc.torch.xpos import XPos
 
 __all__ = [
     "ALiBi",

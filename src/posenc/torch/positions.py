@@ -60,7 +60,7 @@ def position_arg(positions, batch: int, seq: int, *, axes: int | None = 1):
 
     Returns a ``range`` (contiguous, shared by the batch) or an int64 ``(batch|1, seq)``
     tensor, or ``(batch|1, seq, n_axes)`` for coordinates on a grid (images, video: the
-    encodings of ``posenc.torch.rotary_nd`` read them; the attention core passes them
+    encodings of ``posenc.torch.encodings.qk.rope_nd`` read them; the attention core passes them
     on). The non-negativity check reads the values, so it runs in eager mode only
     (compiled code relies on the indexing bounds checks of the encodings instead).
     ``axes``: the coordinates per token the reader expects (an encoding's

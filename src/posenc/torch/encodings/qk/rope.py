@@ -13,9 +13,15 @@ import torch
 
 import posenc
 from posenc._checks import check_int
-from posenc.rotary import PAIRINGS
-from posenc.torch._rope_tables import _table_dtype, _table_now, rows_to_build, settings_key
-from posenc.torch.base import PositionalEncoding, check_float, check_qk
+from posenc.encodings.qk.rope import PAIRINGS
+from posenc.hf import from_hf
+from posenc.torch.encodings.base import PositionalEncoding, check_float, check_qk
+from posenc.torch.encodings.qk.rope_tables import (
+    _table_dtype,
+    _table_now,
+    rows_to_build,
+    settings_key,
+)
 from posenc.torch.kernels import cos_sin, rotate, rotate_qk
 from posenc.torch.positions import (
     check_fits,
@@ -180,7 +186,7 @@ class RotaryEmbedding(PositionalEncoding):
         ----------
         config : dict or object
             A parsed ``config.json`` or a ``transformers`` config object, read by
-            :func:`posenc.scaling.from_hf` with HF's rules and defaults.
+            :func:`posenc.hf.from_hf` with HF's rules and defaults.
         **overrides
             Keyword arguments replacing what the config gives (e.g. ``pairing``,
             ``max_len``).
@@ -198,7 +204,7 @@ class RotaryEmbedding(PositionalEncoding):
         >>> RotaryEmbedding.from_hf(cfg)
         RotaryEmbedding(head_dim=128, rotary_dim=128, base=500000.0, pairing='half', max_len=8192)
         """
-        return cls(**(posenc.scaling.from_hf(config) | overrides))
+        return cls(**(from_hf(config) | overrides))
 
     @property
     def caches_encoded_keys(self) -> bool:

@@ -1,8 +1,9 @@
-r"""Positions beyond a line: grid coordinates, the 2-D sin-cos table, and M-RoPE position ids.
+r"""Positions beyond a line: grid coordinates and M-RoPE position ids.
 
-NumPy reference, float64 (positions int64) and cache-free. Shape legend: a grid of
-``height x width`` patches is flattened row by row (row-major, as ViTs do) into
-``seq = height * width`` tokens; coordinates are ``(seq, n_axes)``.
+NumPy reference, int64 and cache-free; the torch twin of what positions are is
+:mod:`posenc.torch.positions`. Shape legend: a grid of ``height x width`` patches is
+flattened row by row (row-major, as ViTs do) into ``seq = height * width`` tokens;
+coordinates are ``(seq, n_axes)``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import numbers
 import numpy as np
 
 from posenc._checks import check_int
-from posenc.absolute import frequencies
 
-__all__ = ["grid_positions", "sinusoidal_2d", "mrope_positions"]
+__all__ = ["grid_positions", "mrope_positions"]
 
 
 def grid_positions(*shape):
@@ -42,54 +42,6 @@ def grid_positions(*shape):
     shape = tuple(check_int("shape", s, minimum=1) for s in shape)
     grids = np.meshgrid(*(np.arange(s) for s in shape), indexing="ij")  # each shape
     return np.stack([g.reshape(-1) for g in grids], -1).astype(np.int64)  # (prod, n_axes)
-
-
-def sinusoidal_2d(height, width, dim, *, base=10_000.0):
-    r"""The 2-D sin-cos table of MAE / ViT: half the channels per axis, ``(height*width, dim)``.
-
-    MAE's ``get_2d_sincos_pos_embed`` layout: for the patch in row :math:`h`, column
-    :math:`w` (token :math:`h \cdot \text{width} + w`), with :math:`\omega_i =
-    \text{base}^{-i/(\text{dim}/4)}`, :math:`i < \text{dim}/4`,
-
-    .. math::
-
-        PE = [\,\sin w\omega,\ \cos w\omega,\ \sin h\omega,\ \cos h\omega\,],
-
-    four blocks of ``dim / 4``: the *column* takes the first half (MAE stacks
-    ``meshgrid(grid_w, grid_h)`` and calls its first member ``emb_h``), sines before
-    cosines within each half (not interleaved as in :func:`~posenc.sinusoidal`).
-
-    Parameters
-    ----------
-    height, width : int
-        Grid size in patches.
-    dim : int
-        Embedding width; a positive multiple of 4.
-    base : float
-        The constant that sets the slowest rate.
-
-    Returns
-    -------
-    numpy.ndarray
-        Float64 ``(height * width, dim)``.
-
-    Examples
-    --------
-    >>> import posenc
-    >>> posenc.sinusoidal_2d(1, 2, 4).round(4)  # [sin w, cos w, sin h, cos h]
-    array([[0.    , 1.    , 0.    , 1.    ],
-           [0.8415, 0.5403, 0.    , 1.    ]])
-    """
-    dim = check_int("dim", dim, minimum=4)
-    if dim % 4:
-        raise ValueError(f"dim must be a positive multiple of 4, got {dim}")
-    coords = grid_positions(height, width).astype(np.float64)  # (seq, 2): (row, column)
-    omega = frequencies(dim // 2, base=base)  # (dim // 4,)
-    blocks = []
-    for c in (coords[:, 1], coords[:, 0]):  # column first, as MAE
-        angles = c[:, None] * omega  # (seq, dim // 4)
-        blocks += [np.sin(angles), np.cos(angles)]
-    return np.concatenate(blocks, -1)  # (seq, dim)
 
 
 def mrope_positions(segments, *, spatial_merge=1, start=0):

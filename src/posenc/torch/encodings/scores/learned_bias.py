@@ -1,7 +1,7 @@
 """Score encodings that learn the shape of their bias: KERPLE and FIRE.
 
-Same conventions as :mod:`posenc.torch.bias`: a bias ``(batch|1, heads, seq_q, seq_k)``
-in the encoding's ``work_dtype`` from ``score_bias``, and a FlexAttention ``score_mod``.
+Same conventions as :mod:`.bias`: a bias ``(batch|1, heads, seq_q, seq_k)`` in the
+encoding's ``work_dtype`` from ``score_bias``, and a FlexAttention ``score_mod``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
-from posenc.torch.bias import _ScoreBias
+from posenc.torch.encodings.scores.bias import _ScoreBias
 from posenc.torch.positions import position_at, position_tensor, relative_positions
 
 __all__ = ["KERPLE", "FIRE"]

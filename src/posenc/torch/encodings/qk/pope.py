@@ -14,7 +14,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
-from posenc.torch.base import PositionalEncoding, check_float
+from posenc.torch.encodings.base import PositionalEncoding, check_float
 from posenc.torch.kernels import needs_expr
 from posenc.torch.positions import check_fits, position_tensor
 

@@ -17,21 +17,13 @@ import torch
 
 import posenc
 from posenc._checks import check_dim, check_int
-from posenc.torch.base import PositionalEncoding, check_qk
+from posenc.hf import mrope_from_hf
+from posenc.torch.encodings.base import PositionalEncoding, check_qk
+from posenc.torch.encodings.qk.rope import _check_pairing
 from posenc.torch.kernels import cos_sin, rotate_qk
 from posenc.torch.positions import check_fits, max_position, position_arg
-from posenc.torch.rotary import _check_pairing
 
 __all__ = ["AxialRotaryEmbedding", "MRoPE"]
-
-
-def _as_dict(config):
-    if isinstance(config, dict):
-        return config
-    to_dict = getattr(config, "to_dict", None)
-    if callable(to_dict):  # a transformers PretrainedConfig
-        return dict(to_dict())
-    raise ValueError(f"config must be a dict or a transformers config, got {config!r}")
 
 
 def check_axes(positions, n_axes):
@@ -284,20 +276,7 @@ class MRoPE(_GridRotary):
         >>> MRoPE.from_hf(cfg)
         MRoPE(head_dim=128, sections=(16, 24, 24), base=1000000.0, interleaved=False, pairing='half', max_len=4096)
         """  # noqa: E501
-        cfg = _as_dict(config)
-        cfg = _as_dict(cfg["text_config"]) if cfg.get("text_config") else cfg
-        params = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
-        kind = params.get("rope_type", params.get("type", "default"))
-        if kind not in ("default", "mrope") or "mrope_section" not in params:
-            raise ValueError(f"config must give an unscaled rope with mrope_section, got {params}")
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-        kwargs = {
-            "sections": tuple(params["mrope_section"]),
-            "base": params.get("rope_theta", cfg.get("rope_theta", 10_000.0)),
-            "interleaved": bool(params.get("mrope_interleaved", False)),
-            "max_len": cfg.get("max_position_embeddings", 4096),
-        }
-        return cls(head_dim, **(kwargs | overrides))
+        return cls(**(mrope_from_hf(config) | overrides))
 
     def extra_repr(self):
         return (

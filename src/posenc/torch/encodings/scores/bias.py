@@ -1,6 +1,6 @@
 """Encodings that act on the scores, with a fixed shape: ALiBi and T5 relative buckets.
 
-KERPLE and FIRE, which learn the shape of the bias, are in :mod:`posenc.torch.learned_bias`.
+KERPLE and FIRE, which learn the shape of the bias, are in :mod:`.learned_bias`.
 
 Each returns a bias ``(batch|1, heads, seq_q, seq_k)`` from ``score_bias`` (for SDPA's
 float mask) and, for FlexAttention, a ``score_mod`` that computes the same bias inside the
@@ -17,7 +17,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int
-from posenc.torch.base import PositionalEncoding
+from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.positions import (
     position_arg,
     position_at,

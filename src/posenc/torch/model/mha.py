@@ -10,10 +10,12 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import _run, check_backend, plan_step, release
-from posenc.torch.base import NoPE, PositionalEncoding, check_encoding, check_heads
-from posenc.torch.cache import KVCache
-from posenc.torch.static_cache import StaticKVCache
+from posenc.torch.attention.core import _run, check_backend
+from posenc.torch.attention.mask import release
+from posenc.torch.cache.kv import KVCache
+from posenc.torch.cache.static import StaticKVCache
+from posenc.torch.cache.step import plan_step
+from posenc.torch.encodings.base import NoPE, PositionalEncoding, check_encoding, check_heads
 
 __all__ = ["MultiHeadAttention"]
 

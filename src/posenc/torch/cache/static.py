@@ -5,14 +5,14 @@ each step's keys and values by index at that position, and lets attention run ov
 whole preallocated buffer with the unfilled slots masked out. Nothing a compiled graph
 depends on changes between decode steps (no Python int grows, no shape changes), so
 ``torch.compile(lm, fullgraph=True)`` compiles the prefill and the decode step once each
-and replays them. Shape legend as in :mod:`posenc.torch.cache`.
+and replays them. Shape legend as in :mod:`posenc.torch.cache.kv`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from posenc.torch.cache import KVCache
+from posenc.torch.cache.kv import KVCache
 from posenc.torch.positions import position_arg
 
 __all__ = ["StaticKVCache"]

@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention import check_backend, plan_step, release
-from posenc.torch.base import PositionalEncoding, check_encoding
-from posenc.torch.cache import KVCache
-from posenc.torch.mha import (
+from posenc.torch.attention.core import check_backend
+from posenc.torch.attention.mask import release
+from posenc.torch.cache.kv import KVCache
+from posenc.torch.cache.step import plan_step
+from posenc.torch.encodings.base import PositionalEncoding, check_encoding
+from posenc.torch.model.mha import (
     MultiHeadAttention,
     _new_cache,
     check_cache,

@@ -7,7 +7,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_dim, check_int, check_positive
-from posenc.torch.base import PositionalEncoding
+from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.positions import checked_positions, max_position, position_arg, traced
 
 __all__ = ["SinusoidalEncoding", "LearnedEncoding"]

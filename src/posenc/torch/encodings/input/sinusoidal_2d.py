@@ -1,7 +1,7 @@
 """The 2-D sin-cos table of MAE / ViT in torch, added to the input ``(batch, seq, dim)``.
 
 Positions are ``(batch|1, seq, 2)`` ``(row, column)`` coordinates, or 1-D positions
-``p`` meaning ``(p, p)``; see ``posenc.torch.rotary_nd`` for how grid coordinates
+``p`` meaning ``(p, p)``; see ``posenc.torch.encodings.qk.rope_nd`` for how grid coordinates
 travel through the attention core.
 """
 
@@ -12,9 +12,9 @@ import torch
 
 import posenc
 from posenc._checks import check_int, check_positive
-from posenc.torch.base import PositionalEncoding
+from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.qk.rope_nd import check_max
 from posenc.torch.positions import position_arg
-from posenc.torch.rotary_nd import check_max
 
 __all__ = ["SinusoidalEncoding2D"]
 

@@ -12,9 +12,9 @@ import torch
 
 import posenc
 from posenc._checks import check_positive
+from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.kernels import rotate_qk
 from posenc.torch.positions import check_fits, position_tensor, traced
-from posenc.torch.rotary import RotaryEmbedding
 
 __all__ = ["XPos"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from posenc._checks import check_dim, check_int, check_positive
-from posenc.rotary import _pair_index, rope_frequencies
+from posenc.encodings.qk.rope import _pair_index, rope_frequencies
 
 __all__ = ["axial_frequencies", "mrope_frequencies", "rope_nd", "FREQS_FOR"]
 

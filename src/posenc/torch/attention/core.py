@@ -1,162 +1,33 @@
-"""The functional attention core shared by every encoding: masks, backends and ``attend``.
+"""The functional attention core shared by every encoding: ``attend``, the step plan, the backends.
 
 Attention calls the query/key hook and the score hook of its
 :class:`~posenc.torch.PositionalEncoding` and knows nothing else about position;
 encodings that act on the input are applied by the model before the first block.
 Two backends: ``"sdpa"`` (:func:`torch.nn.functional.scaled_dot_product_attention` with
-one float mask) and ``"flex"`` (FlexAttention with the encoding's ``score_mod`` and a
-block mask, compiled once); ``"auto"`` picks FlexAttention for score biases on CUDA.
-Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``; ``k, v`` are
-``(batch, kv_heads, seq_k, head_dim)``, ``kv_heads`` dividing ``heads``.
+one float mask, :mod:`.mask`) and ``"flex"`` (FlexAttention with the encoding's
+``score_mod`` and a block mask, compiled once, :mod:`.flex`); ``"auto"`` picks
+FlexAttention for score biases on CUDA. Shape legend: ``q`` is
+``(batch, heads, seq_q, head_dim)``; ``k, v`` are ``(batch, kv_heads, seq_k, head_dim)``,
+``kv_heads`` dividing ``heads``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
-import threading
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from posenc.torch._flex import flex_attention_compiled, flex_plan
-from posenc.torch.base import NoPE, check_encoding, check_float, check_heads
-from posenc.torch.cache import KVCache
-from posenc.torch.positions import len_of, position_arg
+from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
+from posenc.torch.attention.mask import _mask, release
+from posenc.torch.encodings.base import NoPE, check_encoding, check_float, check_heads
+from posenc.torch.positions import position_arg
 
-__all__ = ["attend", "attention_mask"]
+__all__ = ["attend", "plan", "Step"]
 
 BACKENDS = ("auto", "sdpa", "flex")
-
-
-def attention_mask(
-    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None
-):  # fmt: skip
-    """The float mask SDPA adds to the scores: causal, padding and the encoding's bias.
-
-    The queries are the *last* ``seq_q`` of the ``seq_k`` key slots (as when decoding with
-    a KV cache), so the causal mask is aligned to the end; a padding query may see itself,
-    so no row is empty. Built once per model step and shared by its layers.
-
-    Parameters
-    ----------
-    encoding : PositionalEncoding
-        Supplies ``score_bias``.
-    q_positions : torch.Tensor or range
-        ``(b|1, seq_q)`` positions of the queries.
-    k_positions : torch.Tensor or range
-        ``(b|1, seq_k)`` positions of the keys.
-    causal : bool
-        Key slot ``j`` is visible to query ``i`` only if ``j <= seq_k - seq_q + i``.
-    key_valid : torch.Tensor, optional
-        Bool ``(batch, seq_k)``, ``False`` for padding keys.
-    heads : int, optional
-        Number of query heads, to check the bias against.
-    dtype : torch.dtype
-        Dtype of the scores. The bias is computed in float32 (float64 for float64) and
-        rounded once to ``dtype``; SDPA adds it to float32 accumulators.
-    device : torch.device, optional
-        Where the mask is built.
-
-    Returns
-    -------
-    mask : torch.Tensor or None
-        ``(b|1, h|1, seq_q, seq_k)``, or ``None`` when SDPA needs none.
-    is_causal : bool
-        Whether SDPA's own causal path applies (only when ``mask`` is ``None``).
-    """
-    return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device)
-
-
-def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None,
-          q_start=None):  # fmt: skip
-    """:func:`attention_mask`; with a ``step``, score biases may go into a per-thread
-    workspace that the step holds until :func:`release` (nobody else writes it meanwhile).
-    ``q_start`` (an int or a 0-d tensor): the key slot of the first query, when the keys
-    are a whole static cache buffer rather than ending at the last query."""
-    seq_q, seq_k = len_of(q_positions), len_of(k_positions)
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
-    reusable = step is not None and heads is not None and "scores" in encoding.places
-    if reusable and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        rows = 1 if isinstance(q_positions, range) else q_positions.shape[0]
-        out = _workspace((rows, heads, seq_q, seq_k), dtype, device, step)
-    if out is not None and _takes_out(type(encoding)):
-        bias = encoding.score_bias(q_positions, k_positions, out=out)  # (b|1, h|1, sq, sk)
-    else:  # encodings written without ``out=`` work too
-        bias, out = encoding.score_bias(q_positions, k_positions), None
-    if bias is not None and heads is not None and bias.shape[1] not in (1, heads):
-        raise ValueError(
-            f"{type(encoding).__name__}.score_bias gives {bias.shape[1]} heads, "
-            f"attention has {heads}"
-        )
-    if bias is None and key_valid is None and q_start is None:
-        if not causal or seq_q == 1:
-            return None, False
-        if seq_q == seq_k:
-            return None, True  # SDPA's is_causal aligns to the start: right when sq == sk
-    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start)  # (b|1, 1, sq, sk)
-    if allowed is None:
-        return bias.to(dtype), False
-    hidden = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
-        ~allowed, float("-inf")
-    )  # 0 where visible, -inf where hidden (exact in any dtype): (b|1, 1, sq, sk), small
-    if bias is None:
-        return hidden, False
-    if bias is out and bias.shape == torch.broadcast_shapes(bias.shape, hidden.shape):
-        return bias.add_(hidden), False  # our buffer, already in dtype: in place, no faults
-    return (bias.to(work) + hidden.to(work)).to(dtype), False
-
-
-@functools.cache
-def _takes_out(cls) -> bool:
-    return "out" in inspect.signature(cls.score_bias).parameters
-
-
-_LOCAL = threading.local()  # one workspace per thread
-
-
-def _workspace(shape, dtype, device, step):
-    """A buffer of ``shape`` kept between steps (per thread), or ``None`` if it is taken.
-
-    ``step`` holds it until :func:`release`: another attention call in between (a forward
-    hook, a second model, a re-entrant call) gets ``None`` and a fresh mask, so it cannot
-    overwrite the mask the step's remaining layers read. It stays allocated (the size of
-    the last score-bias mask) until the shape changes.
-    """
-    if getattr(_LOCAL, "holder", None) is not None:
-        return None
-    buf = getattr(_LOCAL, "mask", None)
-    device = torch.device("cpu") if device is None else torch.device(device)
-    if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
-        _LOCAL.mask = buf = torch.empty(shape, dtype=dtype, device=device)
-    _LOCAL.holder = step
-    step.holds_workspace = True
-    return buf
-
-
-def release(step) -> None:
-    """The step is over: the workspace it held (if any) may be reused."""
-    if step is not None and step.holds_workspace and getattr(_LOCAL, "holder", None) is step:
-        _LOCAL.holder = None
-        step.holds_workspace = False
-
-
-def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None):
-    """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all)."""
-    if not causal and key_valid is None:
-        return None
-    first = seq_k - seq_q if q_start is None else q_start  # slot of the first query
-    i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
-    j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
-    allowed = (j <= i) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
-    allowed = allowed[None, None]  # (1, 1, sq, sk)
-    if key_valid is not None:
-        allowed = (allowed & key_valid[:, None, None, :].to(device)) | (j == i)  # (b, 1, sq, sk)
-    return allowed
 
 
 def _run(q, k, v, step, scale):
@@ -212,7 +83,7 @@ class Step:
 
     q_positions: object  # range or (b|1, n) tensor
     k_positions: object  # range or (b|1, n_keys) tensor
-    cache: KVCache | None
+    cache: object  # KVCache or None
     start: int  # first cache slot of this step
     backend: str = "sdpa"
     mask: torch.Tensor | None = None  # sdpa
@@ -268,30 +139,6 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
             q_start=start if full_kv else None, device=device,
         )  # fmt: skip
     return step
-
-
-def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
-    """Positions and cache slots of ``n`` new tokens, then :func:`plan` (for modules)."""
-    if padding_mask is not None:
-        check_padding_mask(padding_mask, batch, n)
-    full_kv = False
-    axes = encoding.position_axes
-    if cache is None:
-        q_pos = k_pos = position_arg(positions, batch, n, axes=axes)
-        start, key_valid = 0, padding_mask
-    else:
-        if positions is not None:
-            positions = position_arg(positions, batch, n, axes=axes)
-        start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
-        if getattr(cache, "static", False):  # keys: the whole buffer, unfilled slots hidden
-            full_kv = True
-            if key_valid is None and not kw["causal"]:  # causal masking alone does not do
-                key_valid = cache.valid & (cache.slots < start + n)  # (batch, max_len)
-        elif resolve_backend(kw["backend"], encoding, kw["device"]) == "flex":
-            # static shapes: every slot, unfilled ones hidden
-            full_kv, k_pos, key_valid = True, cache.positions, cache.valid
-    return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start,
-                full_kv=full_kv, **kw)  # fmt: skip
 
 
 def attend(

@@ -1,0 +1,19 @@
+"""The Hugging Face bridge: a transformers config read as transformers reads it, as posenc settings.
+
+Pure Python/NumPy: transformers is never imported (a config object is read through its
+``to_dict()``). The rules mirror transformers 5.23.0 -- ``modeling_rope_utils``
+(``standardize_rope_params`` and each ``ROPE_INIT_FUNCTIONS`` entry) and the model classes
+that read RoPE keys their own way -- and are tested against it in ``tests/test_from_hf*.py``.
+
+* ``defaults``: what transformers' config classes assume where a config is silent;
+* ``config``: reading one setting at a time, refusing by name what cannot be read;
+* ``rope`` / ``mrope``: the keyword arguments of ``RotaryEmbedding`` and ``MRoPE``.
+
+Depends on :mod:`posenc.scaling`, never the reverse.
+"""
+
+from posenc.hf.defaults import HF_VERSION, ROPE_TYPES
+from posenc.hf.mrope import mrope_from_hf
+from posenc.hf.rope import from_hf
+
+__all__ = ["from_hf", "mrope_from_hf", "HF_VERSION", "ROPE_TYPES"]

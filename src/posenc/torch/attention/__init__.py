@@ -1,0 +1,6 @@
+"""The attention core: ``attend``, the mask or FlexAttention plan of a step, and the backends.
+
+Knows position only through the hooks of :class:`~posenc.torch.PositionalEncoding`; never
+special-cases an encoding. May import :mod:`posenc.torch.encodings` (the interface and its
+checks) and :mod:`posenc.torch.positions`; never the caches or the model.
+"""

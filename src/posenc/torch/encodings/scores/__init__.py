@@ -1,0 +1,1 @@
+"""Biases on the attention scores: ALiBi and T5 buckets (fixed shape), KERPLE and FIRE (learned)."""
