@@ -11,7 +11,7 @@ from expect import raises_exactly
 
 import posenc
 from posenc.torch import ALiBi, PositionalEncoding, T5RelativeBias
-from posenc.torch.encodings.base import check_qk
+from posenc.torch.encodings.checks import check_qk
 from posenc.torch.encodings.scores.learned_bias import FIRE
 
 

@@ -101,10 +101,12 @@ def test_encode_qk_refuses_bad_shapes_naming_the_tensor():
 def test_encode_qk_refuses_heads_and_batches_that_do_not_fit():
     pope = PoPE(8, 4)
     q = torch.zeros(2, 4, 3, 8)
-    msg = "q must have heads=4 and k's heads must divide them, got {} and {}"
-    for qs, ks in [((2, 4, 3, 8), (2, 3, 3, 8)),  # right heads and batch, 3 does not divide 4
-                   ((2, 4, 3, 8), (1, 2, 3, 8)),  # heads fit, batches differ
-                   ((2, 2, 3, 8), (2, 2, 3, 8))]:  # fmt: skip
+    shared = "q and k must share batch and k's heads must divide q's, got {} and {}"
+    for qs, ks, msg in [
+        ((2, 4, 3, 8), (2, 3, 3, 8), shared),  # right heads and batch, 3 does not divide 4
+        ((2, 4, 3, 8), (1, 2, 3, 8), shared),  # heads fit, batches differ
+        ((2, 2, 3, 8), (2, 2, 3, 8), "q must have heads=4, got {}"),  # not the encoding's
+    ]:
         with raises_exactly(msg.format(qs, ks)):
             pope.encode_qk(torch.zeros(qs), torch.zeros(ks), range(3), range(3))
     q2, k2 = pope.encode_qk(q, torch.zeros(2, 1, 3, 8), range(3), range(3))  # 1 divides 4

@@ -101,7 +101,7 @@ def test_rope_saved_and_pickled_then_loaded_in_a_fresh_process_is_exact(tmp_path
 
 def test_settings_are_values_and_parsing_them_is_bounded():
     from posenc.scaling import DynamicNTK
-    from posenc.torch.encodings.qk import rope_tables as tables
+    from posenc.torch.encodings.qk import rope_dynamic as tables
 
     a = RotaryEmbedding(8, base=100.0, scaling=DynamicNTK(4.0, 16), max_len=64)
     b = RotaryEmbedding(8, base=100.0, scaling=DynamicNTK(4.0, 16), max_len=64)
@@ -130,7 +130,7 @@ class _HalfRatesUntil(posenc.scaling.Scaling):
 
 
 def test_a_scaling_that_is_not_a_dataclass_is_kept_by_value_and_bounded():
-    from posenc.torch.encodings.qk import rope_tables as tables
+    from posenc.torch.encodings.qk import rope_dynamic as tables
 
     x = torch.randn(1, 1, 6, 8, dtype=torch.float64)
     for n in (10, 3):  # length 6: within n, then past it (rates halved)

@@ -26,7 +26,7 @@ from expect import raises_exactly
 import posenc
 from posenc.scaling import DynamicNTK
 from posenc.torch import RotaryEmbedding, apply_rope
-from posenc.torch.encodings.qk import rope_tables as tables
+from posenc.torch.encodings.qk import rope_dynamic as tables
 from posenc.torch.encodings.qk.rope_tables import rows_to_build
 
 _TAGS = itertools.count()

@@ -17,7 +17,7 @@ __all__ = ["Scaling", "Linear", "NTK", "DynamicNTK"]
 
 
 def _default_inv_freq(dim: int, base: float) -> np.ndarray:
-    check_dim("dim", dim)  # inv_freq may be called directly, not only by rope_frequencies
+    """``base ** (-2i / dim)``; ``dim`` is checked by the caller (each ``inv_freq``, once)."""
     return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)  # (dim // 2,)
 
 
@@ -67,7 +67,7 @@ class Linear(Scaling):
         check_positive("factor", self.factor)
 
     def inv_freq(self, dim, base, seq_len=None):
-        return _default_inv_freq(dim, base) / self.factor, 1.0
+        return _default_inv_freq(check_dim("dim", dim), base) / self.factor, 1.0
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ class Llama3(Scaling):
             )
 
     def inv_freq(self, dim, base, seq_len=None):
-        inv = _default_inv_freq(dim, base)  # (dim // 2,)
+        inv = _default_inv_freq(check_dim("dim", dim), base)  # (dim // 2,)
         wavelen = 2 * math.pi / inv
         low_wavelen = self.original_max_len / self.low_freq_factor
         high_wavelen = self.original_max_len / self.high_freq_factor

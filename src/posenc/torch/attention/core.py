@@ -22,7 +22,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
 from posenc.torch.attention.mask import _mask, release
-from posenc.torch.encodings.base import NoPE, check_encoding, check_float, check_heads
+from posenc.torch.encodings.base import NoPE
+from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
 from posenc.torch.positions import position_arg
 
 __all__ = ["attend", "plan", "Step"]

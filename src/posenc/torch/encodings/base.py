@@ -23,14 +23,15 @@ into a tensor.
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from posenc.torch.encodings.derived import DerivedState
 
 __all__ = ["PositionalEncoding", "NoPE"]
 
 PLACES = ("input", "qk", "scores")
 
 
-class PositionalEncoding(nn.Module):
+class PositionalEncoding(DerivedState):
     """Base class: subclasses override the hook(s) of the place(s) where they act.
 
     The defaults do nothing, so an encoding that acts only on the input never
@@ -43,13 +44,8 @@ class PositionalEncoding(nn.Module):
     queries and keys), :meth:`softmax_scale`, and :attr:`caches_encoded_keys` (whether a KV
     cache may store keys after ``encode_qk``).
 
-    Derived state (tables computed from the constructor arguments, such as cos/sin
-    tables) is declared by overriding ``_derived_tensors``: it is registered as
-    non-persistent buffers (never saved to or loaded from a checkpoint) that keep the
-    right numbers through every ``.to()``, ``.half()``, device move or ``to_empty()``
-    (moved in their own dtype, recomputed only when they were on the meta device), so a
-    module built on the meta device is exact once materialised, by ``to_empty()`` or by
-    ``load_state_dict(assign=True)``.
+    Tables computed from the constructor arguments (cos/sin tables, slopes) are derived
+    state, declared as :class:`~.derived.DerivedState` describes.
     """
 
     #: Whether a KV cache may keep keys *after* :meth:`encode_qk`. ``False`` for encodings
@@ -67,13 +63,6 @@ class PositionalEncoding(nn.Module):
     #: Whether the encoding is defined for causal attention only (bidirectional attention
     #: with it raises ``ValueError``), such as ALiBi's ``-m (i - j)`` without ``symmetric``.
     requires_causal: bool = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        # the work dtype follows torch's default dtype at construction, not at each call
-        self.__dict__["_work"] = (
-            torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-        )
 
     def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
         """Add position to token embeddings (default: return ``x`` unchanged).
@@ -213,74 +202,6 @@ class PositionalEncoding(nn.Module):
             if getattr(cls, hook) is not getattr(PositionalEncoding, hook)
         )
 
-    # -- derived state ----------------------------------------------------------------------
-    #: Names of the non-persistent buffers built by ``_derived_tensors``.
-    _DERIVED: tuple[str, ...] = ()
-
-    def _derived_tensors(self) -> dict[str, torch.Tensor]:
-        """Tables computed from the constructor arguments, on the CPU (default: none)."""
-        return {}
-
-    def _register_derived(self, device=None) -> None:
-        """(Re)compute the derived tables and register them as non-persistent buffers.
-
-        ``device`` defaults to torch's default device, so a module built inside
-        ``with torch.device("meta")`` holds meta tables until it is materialised.
-        """
-        device = torch.get_default_device() if device is None else device
-        for name, table in self._derived_tensors().items():
-            self.register_buffer(name, table.to(device), persistent=False)
-
-    def _materialize(self, device=None) -> None:
-        """Build the derived tables if they are still on the meta device.
-
-        A module built on meta whose parameters were then loaded with
-        ``load_state_dict(assign=True)`` (HF's and accelerate's empty-weight loading) has
-        real parameters but meta tables: they are built on ``device`` (default: where the
-        parameters are, else the CPU) instead of being read as uninitialised memory.
-        """
-        present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
-        if not any(t.is_meta for t in present):
-            return
-        if device is None or torch.device(device).type == "meta":
-            real = [p.device for p in self.parameters() if not p.is_meta]
-            device = real[0] if real else torch.device("cpu")
-        with torch.inference_mode(False), torch.no_grad():  # usable by training later
-            self._register_derived(device)
-
-    @property
-    def work_dtype(self) -> torch.dtype:
-        """Dtype the encoding computes its tables and biases in: float64 after ``.double()``
-        (or with float64 as torch's default dtype at construction), else float32 -- never
-        lower, whatever the module is cast to."""
-        work = self.__dict__.get("_work")
-        if work is None:
-            default = torch.get_default_dtype()
-            work = torch.float64 if default == torch.float64 else torch.float32
-        return work
-
-    def _apply(self, fn, recurse=True):
-        # .to(), .half(), .cuda(), to_empty() ... all land here: let torch move everything,
-        # then put the derived tables back exactly, in their own dtype, on the new device.
-        before = {n: self._buffers.get(n) for n in self._DERIVED}
-        super()._apply(fn, recurse)
-        # what the move does to floats: a device-only move keeps both probes' dtypes and
-        # leaves the work dtype alone; a cast sets it (float64, or float32 for any other)
-        p32 = fn(torch.zeros((), dtype=torch.float32))
-        p64 = fn(torch.zeros((), dtype=torch.float64))
-        if not (p32.dtype == torch.float32 and p64.dtype == torch.float64):
-            self.__dict__["_work"] = torch.float64 if p32.dtype == torch.float64 else torch.float32
-        names = [n for n in self._DERIVED if before.get(n) is not None]
-        if not names:
-            return self
-        device = self._buffers[names[0]].device
-        if device.type == "meta" or any(before[n].is_meta for n in names):
-            self._register_derived(device)  # nothing exact to keep: compute them
-            return self
-        for n in names:  # the exact tables, in their own dtype: moved, never recomputed
-            self._buffers[n] = before[n].to(device)  # the same tensor when nothing moves
-        return self
-
 
 class NoPE(PositionalEncoding):
     """No positional encoding: every hook is the default no-op.
@@ -312,49 +233,3 @@ class NoPE(PositionalEncoding):
             ``x`` itself.
         """
         return x
-
-
-def check_float(name, t) -> torch.Tensor:
-    """Return ``t`` if it is a floating-point tensor, else raise ``ValueError`` naming it."""
-    if not t.dtype.is_floating_point:
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
-    return t
-
-
-def check_qk(q, k, head_dim) -> None:
-    """Refuse queries/keys a query/key hook cannot take: not floating point, not
-    ``(batch, heads, seq, head_dim)``, different batches, or key heads that do not divide
-    the query heads (grouped-query attention)."""
-    for name, t in (("q", q), ("k", k)):
-        check_float(name, t)
-        if t.dim() != 4 or t.shape[-1] != head_dim:
-            raise ValueError(
-                f"{name} must have shape (batch, heads, seq, head_dim={head_dim}), "
-                f"got {tuple(t.shape)}"
-            )
-    if q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
-        raise ValueError(
-            "q and k must share batch and k's heads must divide q's, got "
-            f"{tuple(q.shape)} and {tuple(k.shape)}"
-        )
-
-
-def check_heads(encoding, heads) -> None:
-    """Refuse an encoding built for another number of heads (its ``heads``, if it has one)."""
-    own = getattr(encoding, "heads", None)
-    if isinstance(own, int) and own != heads:
-        raise ValueError(
-            f"encoding {type(encoding).__name__} was built for heads={own}, "
-            f"attention has heads={heads}"
-        )
-
-
-def check_encoding(encoding, causal=True) -> PositionalEncoding:
-    """Return ``encoding`` if it is a :class:`PositionalEncoding` usable with ``causal``."""
-    if not isinstance(encoding, PositionalEncoding):
-        raise ValueError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
-    if not causal and encoding.requires_causal:
-        raise ValueError(
-            f"encoding {encoding!r} is for causal attention only (causal=False was given)"
-        )
-    return encoding

@@ -10,7 +10,8 @@ from posenc.torch.attention.core import check_backend
 from posenc.torch.attention.mask import release
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.step import plan_step
-from posenc.torch.encodings.base import PositionalEncoding, check_encoding
+from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.checks import check_encoding
 from posenc.torch.model.mha import (
     MultiHeadAttention,
     _new_cache,

@@ -15,7 +15,8 @@ from posenc.torch.attention.mask import release
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.static import StaticKVCache
 from posenc.torch.cache.step import plan_step
-from posenc.torch.encodings.base import NoPE, PositionalEncoding, check_encoding, check_heads
+from posenc.torch.encodings.base import NoPE, PositionalEncoding
+from posenc.torch.encodings.checks import check_encoding, check_heads
 
 __all__ = ["MultiHeadAttention"]
 

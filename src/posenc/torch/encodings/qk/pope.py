@@ -14,9 +14,10 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
-from posenc.torch.encodings.base import PositionalEncoding, check_float
+from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.checks import check_hook
 from posenc.torch.kernels import needs_expr
-from posenc.torch.positions import check_fits, position_tensor
+from posenc.torch.positions import position_tensor
 
 __all__ = ["PoPE"]
 
@@ -130,20 +131,9 @@ class PoPE(PositionalEncoding):
         k : torch.Tensor
             ``(batch, kv_heads, seq_k, 2 * head_dim)``, dtype of the input.
         """
-        for name, t in (("q", q), ("k", k)):
-            check_float(name, t)
-            if t.dim() != 4 or t.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"{name} must have shape (batch, heads, seq, head_dim={self.head_dim}), "
-                    f"got {tuple(t.shape)}"
-                )
-        if q.shape[1] != self.heads or q.shape[1] % k.shape[1] or q.shape[0] != k.shape[0]:
-            raise ValueError(
-                f"q must have heads={self.heads} and k's heads must divide them, "
-                f"got {tuple(q.shape)} and {tuple(k.shape)}"
-            )
-        check_fits("q_positions", q_positions, q)
-        check_fits("k_positions", k_positions, k)
+        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim)
+        if q.shape[1] != self.heads:  # one phase bias per query head
+            raise ValueError(f"q must have heads={self.heads}, got {tuple(q.shape)}")
         self._materialize(q.device)  # theta still on meta after load_state_dict(assign=True)
         work = torch.float64 if q.dtype == torch.float64 else torch.float32
         phase_q = self._phases(q_positions, work)[:, None] - self.raw_delta.to(work)[:, None]

@@ -15,24 +15,14 @@ import posenc
 from posenc._checks import check_int
 from posenc.encodings.qk.rope import PAIRINGS
 from posenc.hf import from_hf
-from posenc.torch.encodings.base import PositionalEncoding, check_float, check_qk
-from posenc.torch.encodings.qk.rope_tables import (
-    _table_dtype,
-    _table_now,
-    rows_to_build,
-    settings_key,
-)
-from posenc.torch.kernels import cos_sin, rotate, rotate_qk
+from posenc.torch.encodings.checks import check_float, check_hook, check_qk
+from posenc.torch.encodings.qk.rope_dynamic import _table_now, settings_key
+from posenc.torch.encodings.qk.rope_tables import RopeTables, _table_dtype
+from posenc.torch.kernels import rotate, rotate_qk
 from posenc.torch.positions import (
-    check_fits,
-    checked_positions,
-    max_position,
     position_arg,
     position_tensor,
-    traced,
 )
-
-_FIRST_ROWS = 4096  # rows of the cos/sin table built at construction; it grows on demand
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
 
@@ -112,7 +102,7 @@ def apply_rope(
     return rotate(x, cs[:, None], pairing, out=out)  # cs broadcast over heads
 
 
-class RotaryEmbedding(PositionalEncoding):
+class RotaryEmbedding(RopeTables):
     """RoPE as an encoding of the attention core: rotates queries and keys.
 
     The ``[cos, sin]`` table (float64 angles, stored float32) is derived state: a
@@ -152,8 +142,6 @@ class RotaryEmbedding(PositionalEncoding):
     >>> qr.shape, kr.shape, rope.places
     (torch.Size([1, 4, 3, 8]), torch.Size([1, 2, 3, 8]), ('qk',))
     """
-
-    _DERIVED = ("inv_freq", "cos_sin")
 
     def __init__(
         self,
@@ -211,77 +199,6 @@ class RotaryEmbedding(PositionalEncoding):
         """False for length-dependent scalings: keys are re-rotated with each step's table."""
         return not self.dynamic
 
-    def _derived_tensors(self):
-        if self.dynamic:
-            return {}
-        inv, _ = posenc.rope_frequencies(
-            self.head_dim, base=self.base, scaling=self.scaling, rotary_dim=self.rotary_dim
-        )
-        inv = torch.from_numpy(inv)  # float64 (r // 2,)
-        pos = torch.arange(min(self.max_len, _FIRST_ROWS), device="cpu")
-        return {"inv_freq": inv, "cos_sin": cos_sin(pos, inv, self.scale, torch.float32)}
-
-    def _grow(self, last):
-        """Extend the table (eager only) to reach position ``last``: rows are built when
-        first used, not for the whole ``max_len`` (1M positions would be 0.5 GB)."""
-        have = self.cos_sin.shape[0]
-        rows = rows_to_build(have, last, self.max_len)
-        if rows > have:  # a normal tensor even when grown under inference_mode: trains later
-            with torch.inference_mode(False), torch.no_grad():
-                pos = torch.arange(have, rows, device=self.inv_freq.device)
-                new = cos_sin(
-                    pos, self.inv_freq, self.scale, torch.float32
-                )  # (rows - have, r/2, 2)
-                self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
-
-    def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
-        """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
-
-        Parameters
-        ----------
-        positions : torch.Tensor or range
-            Int64 ``(b|1, seq)`` or a ``range``.
-        dtype : torch.dtype
-            Dtype of the tensors to rotate; the table is float64 for float64, else float32.
-        length_from : torch.Tensor or range, optional
-            Positions whose maximum + 1 is the length fed to a length-dependent scaling
-            (default ``positions``).
-        device : torch.device, optional
-            Where a table computed now goes (default: where the cached table lives).
-
-        Returns
-        -------
-        torch.Tensor
-            ``cs`` with ``cs[..., 0] = s cos(p theta_j)`` and ``cs[..., 1] = s sin(p theta_j)``.
-        """
-        is_range = isinstance(positions, range)
-        in_op = not is_range and traced(positions)
-        if in_op:  # compiled or vmapped: checked inside an op (no silent wrap-around)
-            positions = checked_positions(positions, self.max_len)
-        else:
-            last = max_position(positions)
-            if last >= self.max_len:
-                raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
-        device = self._device() if device is None else device
-        if self.dynamic:
-            length_from = positions if length_from is None else length_from
-            return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
-        self._materialize(device)
-        if dtype == torch.float64 or in_op or torch.compiler.is_compiling():
-            # computed for the positions asked for: float64 angles, rounded once
-            inv = self.inv_freq.to(device)
-            return cos_sin(position_tensor(positions, device), inv, self.scale, _table_dtype(dtype))
-        self._grow(last)
-        if is_range:  # contiguous positions: a slice of the table, no gather
-            return self.cos_sin[positions.start : positions.stop][None]
-        return self.cos_sin[positions.to(self.cos_sin.device)].to(device)
-
-    def _device(self):
-        return self.inv_freq.device if "inv_freq" in self._buffers else torch.device("cpu")
-
-    def _check(self, q, k):
-        check_qk(q, k, self.head_dim)
-
     def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
         """Rotate ``q`` and ``k`` by their positions (``k`` may have fewer heads).
 
@@ -305,9 +222,7 @@ class RotaryEmbedding(PositionalEncoding):
         k : torch.Tensor
             Rotated keys.
         """
-        self._check(q, k)
-        check_fits("q_positions", q_positions, q)
-        check_fits("k_positions", k_positions, k)
+        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim)
         same = q_positions is k_positions or (
             isinstance(q_positions, range) and q_positions == k_positions
         )
@@ -370,7 +285,7 @@ class RotaryEmbedding(PositionalEncoding):
         k : torch.Tensor
             Rotated keys.
         """
-        self._check(q, k)
+        check_qk(q, k, self.head_dim)
         if q.shape[2] != k.shape[2]:
             raise ValueError(
                 f"q and k must have the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"

@@ -18,10 +18,11 @@ import torch
 import posenc
 from posenc._checks import check_dim, check_int
 from posenc.hf import mrope_from_hf
-from posenc.torch.encodings.base import PositionalEncoding, check_qk
+from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.checks import check_hook
 from posenc.torch.encodings.qk.rope import _check_pairing
 from posenc.torch.kernels import cos_sin, rotate_qk
-from posenc.torch.positions import check_fits, max_position, position_arg
+from posenc.torch.positions import max_position, position_arg
 
 __all__ = ["AxialRotaryEmbedding", "MRoPE"]
 
@@ -94,9 +95,6 @@ class _GridRotary(PositionalEncoding):
         pair = torch.arange(table.shape[1], device=table.device)  # (r // 2,)
         return table[positions[..., self.axis], pair]  # (b|1, seq, r // 2, 2)
 
-    def _check(self, q, k):
-        check_qk(q, k, self.head_dim)  # integer q/k refused too, as for 1-D RoPE
-
     def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
         """Rotate ``q`` and ``k`` by their coordinates (``k`` may have fewer heads).
 
@@ -120,9 +118,7 @@ class _GridRotary(PositionalEncoding):
         k : torch.Tensor
             Rotated keys.
         """
-        self._check(q, k)
-        check_fits("q_positions", q_positions, q, axes=self.position_axes)
-        check_fits("k_positions", k_positions, k, axes=self.position_axes)
+        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim, axes=self.n_axes)
         cs_q = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
         same = q_positions is k_positions and q.dtype == k.dtype
         cs_k = cs_q if same else self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)

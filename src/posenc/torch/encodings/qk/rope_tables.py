@@ -1,112 +1,109 @@
-"""RoPE tables: ``[cos, sin]`` from float64 angles, for the positions asked for.
+"""RoPE's derived ``[cos, sin]`` table: built lazily, grown to the largest position used, looked up.
 
-The settings ``(head_dim, base, scaling, rotary_dim)`` travel as values, never as an index
-into a process-wide list: a module pickled, saved with ``torch.save`` or sent to another
-process carries them, and the table it builds there is the same. Fixed rates are a float64
-tensor (``inv_freq``) and the table is a plain tensor expression of the positions.
-Length-dependent scalings (dynamic NTK, LongRoPE) need the rates for the length read from a
-tensor: a custom op, opaque to ``torch.compile``, rebuilds them from the settings encoded
-as a string (:func:`settings_key`), parsed once per distinct string (a bounded cache).
+Angles are float64 products of integer positions and rates; the table is float32. It
+starts with the first 4096 positions and grows (at least doubling, never past ``max_len``)
+when a position past it is first used, so a million-position model costs what it uses.
+Contiguous positions slice it, others gather from it; float64 inputs, compiled or vmapped
+calls get ``[cos, sin]`` computed for their positions, and length-dependent scalings
+theirs for each call's length (:mod:`.rope_dynamic`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import importlib
-import json
-
 import torch
 
 import posenc
+from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.qk.rope_dynamic import _table_now
 from posenc.torch.kernels import cos_sin
-from posenc.torch.positions import position_tensor
+from posenc.torch.positions import (
+    checked_positions,
+    max_position,
+    position_tensor,
+    traced,
+)
 
-#: Scalings that are not dataclasses cannot be written as a string: kept here, by value.
-_OPAQUE: dict[str, tuple] = {}
-_OPAQUE_MAX = 256
+_FIRST_ROWS = 4096  # rows of the cos/sin table built at construction; it grows on demand
+
+__all__ = ["RopeTables", "rows_to_build"]
 
 
-def settings_key(head_dim, base, scaling, rotary_dim) -> str:
-    """The RoPE settings as a string the op can rebuild them from (validated first).
+class RopeTables(PositionalEncoding):
+    """The table half of :class:`~posenc.torch.RotaryEmbedding` (and its subclasses).
 
-    A dataclass scaling is written as its class path and fields (JSON; floats round-trip
-    exactly), so the string means the same thing in every process.
+    Reads the settings the encoding set: ``head_dim``, ``base``, ``scaling``,
+    ``rotary_dim``, ``scale``, ``max_len``, ``dynamic`` and the settings key ``_key``.
     """
-    posenc.rope_frequencies(head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim)
-    if scaling is None or dataclasses.is_dataclass(scaling):
-        spec = None
-        if scaling is not None:
-            cls = type(scaling)
-            fields = {f.name: getattr(scaling, f.name) for f in dataclasses.fields(scaling)}
-            spec = [f"{cls.__module__}:{cls.__qualname__}", fields]
-        return json.dumps([int(head_dim), float(base), spec, rotary_dim])
-    key = f"opaque:{head_dim}:{base!r}:{scaling!r}:{rotary_dim}"
-    _OPAQUE.pop(key, None)
-    _OPAQUE[key] = (head_dim, base, scaling, rotary_dim)  # most recent last
-    while len(_OPAQUE) > _OPAQUE_MAX:
-        _OPAQUE.pop(next(iter(_OPAQUE)))
-    return key
 
+    _DERIVED = ("inv_freq", "cos_sin")
 
-@functools.lru_cache(maxsize=128)
-def _settings(key: str) -> tuple:
-    """``(head_dim, base, scaling, rotary_dim)`` from :func:`settings_key`'s string."""
-    if key.startswith("opaque:"):
-        if key not in _OPAQUE:
-            raise RuntimeError(f"RoPE settings {key!r} are no longer registered; call again")
-        return _OPAQUE[key]
-    head_dim, base, spec, rotary_dim = json.loads(key)
-    scaling = None
-    if spec is not None:
-        path, fields = spec
-        module, name = path.split(":")
-        scaling = getattr(importlib.import_module(module), name)(**fields)
-    return head_dim, base, scaling, rotary_dim
+    def _derived_tensors(self):
+        if self.dynamic:
+            return {}
+        inv, _ = posenc.rope_frequencies(
+            self.head_dim, base=self.base, scaling=self.scaling, rotary_dim=self.rotary_dim
+        )
+        inv = torch.from_numpy(inv)  # float64 (r // 2,)
+        pos = torch.arange(min(self.max_len, _FIRST_ROWS), device="cpu")
+        return {"inv_freq": inv, "cos_sin": cos_sin(pos, inv, self.scale, torch.float32)}
 
+    def _grow(self, last):
+        """Extend the table (eager only) to reach position ``last``: rows are built when
+        first used, not for the whole ``max_len`` (1M positions would be 0.5 GB)."""
+        have = self.cos_sin.shape[0]
+        rows = rows_to_build(have, last, self.max_len)
+        if rows > have:  # a normal tensor even when grown under inference_mode: trains later
+            with torch.inference_mode(False), torch.no_grad():
+                pos = torch.arange(have, rows, device=self.inv_freq.device)
+                new = cos_sin(
+                    pos, self.inv_freq, self.scale, torch.float32
+                )  # (rows - have, r/2, 2)
+                self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
 
-@torch.library.custom_op("posenc::rope_table", mutates_args=())
-def _rope_table(
-    positions: torch.Tensor, length_from: torch.Tensor, key: str, double: bool
-) -> torch.Tensor:
-    head_dim, base, scaling, rotary_dim = _settings(key)
-    seq_len = int(length_from.max()) + 1 if length_from.numel() else 0
-    inv, scale = posenc.rope_frequencies(
-        head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim, seq_len=seq_len
-    )
-    inv = torch.from_numpy(inv).to(positions.device)
-    return cos_sin(positions, inv, scale, torch.float64 if double else torch.float32)
+    def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
+        """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
 
+        Parameters
+        ----------
+        positions : torch.Tensor or range
+            Int64 ``(b|1, seq)`` or a ``range``.
+        dtype : torch.dtype
+            Dtype of the tensors to rotate; the table is float64 for float64, else float32.
+        length_from : torch.Tensor or range, optional
+            Positions whose maximum + 1 is the length fed to a length-dependent scaling
+            (default ``positions``).
+        device : torch.device, optional
+            Where a table computed now goes (default: where the cached table lives).
 
-@_rope_table.register_fake
-def _(positions, length_from, key, double):
-    head_dim, _, _, rotary_dim = _settings(key)
-    r = head_dim if rotary_dim is None else rotary_dim
-    dtype = torch.float64 if double else torch.float32
-    return positions.new_empty(*positions.shape, r // 2, 2, dtype=dtype)
+        Returns
+        -------
+        torch.Tensor
+            ``cs`` with ``cs[..., 0] = s cos(p theta_j)`` and ``cs[..., 1] = s sin(p theta_j)``.
+        """
+        is_range = isinstance(positions, range)
+        in_op = not is_range and traced(positions)
+        if in_op:  # compiled or vmapped: checked inside an op (no silent wrap-around)
+            positions = checked_positions(positions, self.max_len)
+        else:
+            last = max_position(positions)
+            if last >= self.max_len:
+                raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
+        device = self._device() if device is None else device
+        if self.dynamic:
+            length_from = positions if length_from is None else length_from
+            return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
+        self._materialize(device)
+        if dtype == torch.float64 or in_op or torch.compiler.is_compiling():
+            # computed for the positions asked for: float64 angles, rounded once
+            inv = self.inv_freq.to(device)
+            return cos_sin(position_tensor(positions, device), inv, self.scale, _table_dtype(dtype))
+        self._grow(last)
+        if is_range:  # contiguous positions: a slice of the table, no gather
+            return self.cos_sin[positions.start : positions.stop][None]
+        return self.cos_sin[positions.to(self.cos_sin.device)].to(device)
 
-
-@_rope_table.register_vmap
-def _(info, in_dims, positions, length_from, key, double):
-    pos_dim, len_dim = in_dims[0], in_dims[1]
-    if len_dim is None:  # one length for all: elementwise in the positions
-        return _rope_table(positions, length_from, key, double), pos_dim
-    n = info.batch_size  # a length per sample: one call each
-    pos = positions.movedim(pos_dim, 0) if pos_dim is not None else positions.expand(n, -1, -1)
-    lengths = length_from.movedim(len_dim, 0)
-    return torch.stack([_rope_table(pos[i], lengths[i], key, double) for i in range(n)]), 0
-
-
-def _table_now(positions, length_from, device, key, dtype):
-    """``[cos, sin]`` ``(b|1, seq, r // 2, 2)`` for a length-dependent scaling, from float64
-    angles.
-
-    ``length_from``: positions whose maximum + 1 is the length fed to the scaling (all the
-    keys of the step).
-    """
-    pos = position_tensor(positions, device)  # (b|1, seq)
-    length = position_tensor(length_from, device)
-    return _rope_table(pos, length, key, dtype == torch.float64)
+    def _device(self):
+        return self.inv_freq.device if "inv_freq" in self._buffers else torch.device("cpu")
 
 
 def _table_dtype(dtype):

@@ -12,9 +12,10 @@ import torch
 
 import posenc
 from posenc._checks import check_positive
+from posenc.torch.encodings.checks import check_hook
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.kernels import rotate_qk
-from posenc.torch.positions import check_fits, position_tensor, traced
+from posenc.torch.positions import position_tensor, traced
 
 __all__ = ["XPos"]
 
@@ -148,9 +149,7 @@ class XPos(RotaryEmbedding):
         k : torch.Tensor
             Encoded keys.
         """
-        self._check(q, k)
-        check_fits("q_positions", q_positions, q)
-        check_fits("k_positions", k_positions, k)
+        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim)
         cs_q = self._scaled(q_positions, q.dtype, +1, q.device)  # (b|1, seq_q, r // 2, 2)
         cs_k = self._scaled(k_positions, k.dtype, -1, k.device)  # (b|1, seq_k, r // 2, 2)
         return rotate_qk(q, k, cs_q[:, None], cs_k[:, None], self.pairing, inplace=inplace)
