@@ -136,7 +136,7 @@ def test_compare_command_prints_one_verdict_per_size(tmp_path, capsys):
 
 
 def test_claims_drawn_on_some_seeds_are_confirmed_or_refuted_on_others():
-    from posenc.experiments.stats import claims, holds
+    from posenc.experiments.verdicts import claims, holds
 
     drawn = _rows("x", [0.9, 0.8, 0.7]) + _rows("y", [0.5, 0.4, 0.45]) + _rows("z", [0.5] * 3)
     found = claims(drawn, "copy", ["z", "y", "x"], 32)

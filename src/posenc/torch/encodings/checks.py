@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import torch
 
+from posenc.encodings.qk.rope import PAIRINGS
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.positions import check_fits
 
-__all__ = ["check_float", "check_qk", "check_hook", "check_heads", "check_encoding"]
+__all__ = [
+    "check_float",
+    "check_qk",
+    "check_hook",
+    "check_pairing",
+    "check_heads",
+    "check_encoding",
+]
 
 
 def check_float(name, t) -> torch.Tensor:
@@ -45,6 +53,13 @@ def check_hook(q, k, q_positions, k_positions, *, head_dim, axes=1) -> None:
     check_qk(q, k, head_dim)
     check_fits("q_positions", q_positions, q, axes=axes)
     check_fits("k_positions", k_positions, k, axes=axes)
+
+
+def check_pairing(pairing) -> str:
+    """Return ``pairing`` if it is one of :data:`posenc.encodings.qk.rope.PAIRINGS`."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    return pairing
 
 
 def check_heads(encoding, heads) -> None:

@@ -13,9 +13,8 @@ import torch
 
 import posenc
 from posenc._checks import check_int
-from posenc.encodings.qk.rope import PAIRINGS
 from posenc.hf import from_hf
-from posenc.torch.encodings.checks import check_float, check_hook, check_qk
+from posenc.torch.encodings.checks import check_float, check_hook, check_pairing, check_qk
 from posenc.torch.encodings.qk.rope_dynamic import _table_now, settings_key
 from posenc.torch.encodings.qk.rope_tables import RopeTables, _table_dtype
 from posenc.torch.kernels import rotate, rotate_qk
@@ -25,12 +24,6 @@ from posenc.torch.positions import (
 )
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
-
-
-def _check_pairing(pairing):
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-    return pairing
 
 
 def apply_rope(
@@ -90,7 +83,7 @@ def apply_rope(
     """
     if x.dim() != 4:
         raise ValueError(f"x must have shape (batch, heads, seq, head_dim), got {tuple(x.shape)}")
-    _check_pairing(pairing)
+    check_pairing(pairing)
     check_float("x", x)
     key = settings_key(x.shape[-1], base, scaling, rotary_dim)
     pos = position_arg(positions, x.shape[0], x.shape[2])  # range or (b|1, seq)
@@ -154,7 +147,7 @@ class RotaryEmbedding(RopeTables):
         max_len=4096,
     ):
         super().__init__()
-        self.pairing = _check_pairing(pairing)
+        self.pairing = check_pairing(pairing)
         self.max_len = check_int("max_len", max_len, minimum=1)
         inv, self.scale = posenc.rope_frequencies(
             head_dim, base=base, scaling=scaling, rotary_dim=rotary_dim

@@ -19,8 +19,7 @@ import posenc
 from posenc._checks import check_dim, check_int
 from posenc.hf import mrope_from_hf
 from posenc.torch.encodings.base import PositionalEncoding
-from posenc.torch.encodings.checks import check_hook
-from posenc.torch.encodings.qk.rope import _check_pairing
+from posenc.torch.encodings.checks import check_hook, check_pairing
 from posenc.torch.kernels import cos_sin, rotate_qk
 from posenc.torch.positions import max_position, position_arg
 
@@ -50,7 +49,7 @@ class _GridRotary(PositionalEncoding):
 
     def _setup(self, head_dim, inv, axis, n_axes, pairing, max_len):
         self.head_dim = check_dim("head_dim", head_dim)
-        self.pairing = _check_pairing(pairing)
+        self.pairing = check_pairing(pairing)
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.n_axes = self.position_axes = n_axes
         self._inv, self._axis = inv, axis  # NumPy: float64 rates, int64 axes, (head_dim // 2,)
