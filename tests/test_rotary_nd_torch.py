@@ -10,10 +10,12 @@ import torch
 import posenc
 from posenc.torch import (
     AxialRotaryEmbedding,
+    KVCache,
     MRoPE,
     MultiHeadAttention,
     RotaryEmbedding,
     SinusoidalEncoding2D,
+    StaticKVCache,
     TransformerLM,
 )
 
@@ -106,8 +108,9 @@ def _mha(enc):
     return MultiHeadAttention(DIM, HEADS, kv_heads=KV, encoding=enc).double()
 
 
+@pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("name", ["mrope", "mrope_interleaved"])
-def test_mrope_cached_decode_continues_text_after_the_image(name):
+def test_mrope_cached_decode_continues_text_after_the_image(name, static):
     # prefill text + image + 1 text token with Qwen2-VL's positions, then decode the rest
     # WITHOUT positions: the cache must continue from the largest coordinate + 1, which is
     # where mrope_positions puts the text after the image (not at the token count)
@@ -115,7 +118,7 @@ def test_mrope_cached_decode_continues_text_after_the_image(name):
     pos = _mrope_pos()  # (2, 13, 3)
     x = torch.randn(2, 13, DIM, generator=_gen(5), dtype=torch.float64)
     full = attn(x, pos)
-    cache = attn.new_cache(2, 16)
+    cache = attn.new_cache(2, 16, static=static)
     outs = [attn(x[:, :10], pos[:, :10], cache=cache)]
     assert cache.positions.shape == (2, 16, 3)
     for i in range(10, 13):
@@ -126,21 +129,23 @@ def test_mrope_cached_decode_continues_text_after_the_image(name):
     assert int(pos[0, 9, 0]) == 6
 
 
+@pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("name", ["axial_half", "axial_interleaved"])
-def test_axial_cached_decode_equals_full_forward(name):
+def test_axial_cached_decode_equals_full_forward(name, static):
     attn = _mha(ENCODINGS[name]())
     pos = _grid_pos(4, 5)  # (2, 20, 2)
     x = torch.randn(2, 20, DIM, generator=_gen(6), dtype=torch.float64)
     full = attn(x, pos)
-    cache = attn.new_cache(2, 20)
+    cache = attn.new_cache(2, 20, static=static)
     outs = [attn(x[:, :7], pos[:, :7], cache=cache)]
     for i in range(7, 20, 4):  # chunks of up to 4 patches, positions given
         outs.append(attn(x[:, i : i + 4], pos[:, i : i + 4], cache=cache))
     torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("name", ["sincos_2d", "axial_half", "mrope"])
-def test_model_cached_decode_equals_full_forward(name):
+def test_model_cached_decode_equals_full_forward(name, static):
     enc = SinusoidalEncoding2D(DIM, max_len=32) if name == "sincos_2d" else ENCODINGS[name]()
     torch.manual_seed(1)
     lm = TransformerLM(V, DIM, 2, HEADS, kv_heads=KV, encoding=enc).double()
@@ -148,19 +153,23 @@ def test_model_cached_decode_equals_full_forward(name):
     seq = pos.shape[1]
     idx = torch.randint(0, V, (2, seq), generator=_gen(7))
     full = lm(idx, pos)
-    cache = lm.new_cache(2, seq)
+    cache = lm.new_cache(2, seq, static=static)
     first = lm(idx[:, :5], pos[:, :5], cache=cache)
     rest = [lm(idx[:, i : i + 1], pos[:, i : i + 1], cache=cache) for i in range(5, seq)]
     torch.testing.assert_close(torch.cat([first, *rest], 1), full, rtol=1e-10, atol=1e-10)
 
 
-def test_cache_widens_1d_positions_to_grid_points():
+@pytest.mark.parametrize("cls", [KVCache, StaticKVCache])
+def test_cache_widens_1d_positions_to_grid_points(cls):
     # text first (1-D positions), then an image: the cached text positions become (p, p, p)
+    # in a cache built without position_axes (new_cache allocates the grid from the start)
     attn = _mha(MRoPE(HD, sections=SECTIONS, max_len=32))
     pos = _mrope_pos()
     x = torch.randn(2, 13, DIM, generator=_gen(8), dtype=torch.float64)
     full = attn(x, pos)
-    cache = attn.new_cache(2, 13)
+    cache = cls(layers=1, batch=2, max_len=13, kv_heads=KV, key_dim=HD, value_dim=HD,
+                dtype=torch.float64)  # fmt: skip
+    assert cache.positions.shape == (2, 13)
     outs = [attn(x[:, :3], cache=cache), attn(x[:, 3:9], pos[:, 3:9], cache=cache)]
     outs.append(attn(x[:, 9:], cache=cache))  # text again, continuing at 6
     torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-10, atol=1e-10)

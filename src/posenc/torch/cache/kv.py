@@ -3,7 +3,12 @@
 Shape legend: keys ``(batch, kv_heads, max_len, key_dim)``, values
 ``(batch, kv_heads, max_len, head_dim)``; ``positions`` int64 and ``valid`` bool, both
 ``(batch, max_len)``, are shared by every layer: the positions the tokens were encoded
-at, and which cached tokens are real (``False`` for padding).
+at, and which cached tokens are real (``False`` for padding). Positions become
+``(batch, max_len, n_axes)`` coordinates for the grid encodings.
+
+Both caches (this one and :class:`~posenc.torch.StaticKVCache`) take a step's positions
+through one path, :meth:`KVCache._new_positions`: given positions of any kind (1-D, per
+row, grid coordinates), else the next ones after each row's largest stored coordinate.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ class KVCache:
         Dtype of keys and values (default: torch's default dtype).
     device : torch.device, optional
         Where the buffers live.
+    position_axes : int
+        Coordinates per token (the encoding's
+        :attr:`~posenc.torch.PositionalEncoding.position_axes`): 1 keeps ``(batch,
+        max_len)`` positions, which a first grid step widens; more allocates grid
+        coordinates from the start.
 
     Attributes
     ----------
@@ -50,8 +60,11 @@ class KVCache:
         One buffer per layer; the first ``length`` slots along dim 2 are filled.
     positions : torch.Tensor
         Int64 ``(batch, max_len)``: the position each cached token was encoded at;
-        ``(batch, max_len, n_axes)`` once a step gave grid coordinates. Default positions
-        of a new step continue after each row's largest cached coordinate.
+        ``(batch, max_len, n_axes)`` for grid coordinates (a 1-D position ``p`` is stored
+        as ``(p, ..., p)``).
+    next_position : torch.Tensor
+        Int64 ``(batch, 1)``: one past each row's largest stored coordinate, where a
+        step without positions continues once positions or padding were given.
     valid : torch.Tensor
         Bool ``(batch, max_len)``: ``True`` where a real token is cached (``False`` for
         padding and for unfilled slots).
@@ -68,20 +81,24 @@ class KVCache:
     """
 
     def __init__(
-        self, *, layers, batch, max_len, kv_heads, key_dim, value_dim, dtype=None, device=None
-    ):
+        self, *, layers, batch, max_len, kv_heads, key_dim, value_dim, dtype=None, device=None,
+        position_axes=1,
+    ):  # fmt: skip
         layers = check_int("layers", layers, minimum=1)
         self.batch = check_int("batch", batch, minimum=1)
         self.max_len = check_int("max_len", max_len, minimum=1)
         kv_heads = check_int("kv_heads", kv_heads, minimum=1)
         key_dim = check_int("key_dim", key_dim, minimum=1)
         value_dim = check_int("value_dim", value_dim, minimum=1)
+        axes = check_int("position_axes", position_axes, minimum=1)
         kw = {"dtype": dtype, "device": device}
         self.keys = [torch.zeros(batch, kv_heads, max_len, key_dim, **kw) for _ in range(layers)]
         self.values = [
             torch.zeros(batch, kv_heads, max_len, value_dim, **kw) for _ in range(layers)
         ]
-        self.positions = torch.zeros(batch, max_len, dtype=torch.long, device=device)
+        grid = (axes,) if axes > 1 else ()
+        self.positions = torch.zeros(batch, max_len, *grid, dtype=torch.long, device=device)
+        self.next_position = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
         self.reset()
 
@@ -92,12 +109,13 @@ class KVCache:
         self.contiguous = True  # are the positions 0 .. length - 1 in every row?
         self.valid.fill_(False)
         self.positions.zero_()
+        self.next_position.zero_()
         self._pending = None
 
     def __len__(self) -> int:
         return self.length
 
-    def _check_for(self, *, layers, kv_heads, key_dim, value_dim, dtype, device):
+    def _check_for(self, *, layers, kv_heads, key_dim, value_dim, dtype, device, **_):
         """Raise ``ValueError`` saying what differs if a model of these sizes cannot use it."""
         keys, values = self.keys[0], self.values[0]
         made = "; make the cache with the model's new_cache (after any .to())"
@@ -114,6 +132,63 @@ class KVCache:
                 f"{(kv_heads, key_dim, value_dim)}{made}"
             )
 
+    def _check_batch(self, batch):
+        if batch != self.batch:
+            raise ValueError(f"batch must be {self.batch} (the cache's), got {batch}")
+
+    def _new_positions(self, positions, batch, n, default):
+        """The positions of a step's ``n`` new tokens, the one path of both caches.
+
+        ``positions``: what the caller gave (validated here, any number of axes), or
+        ``None`` for ``default`` (the cache's own guess while rows share their positions)
+        or, once positions or padding were given, each row's :attr:`next_position` on.
+        A 1-D step into a grid cache is widened to ``(p, ..., p)``; a first grid step
+        widens the stored positions alike. Returns a ``range`` or an int64 tensor.
+        """
+        if positions is not None:
+            q_pos = position_arg(positions, batch, n, axes=None)
+        elif default is not None:
+            q_pos = default
+        else:  # continue every row after its own largest coordinate
+            q_pos = self.next_position + torch.arange(n, device=self.next_position.device)
+        return self._grid_positions(q_pos)
+
+    def _grid_positions(self, q_pos):
+        """Coordinates on a grid ``(batch|1, n, n_axes)``: the cache keeps every axis.
+
+        A 1-D position ``p`` is the point ``(p, ..., p)`` (a text token in M-RoPE), so the
+        first grid step widens the stored positions that way, and later 1-D steps into an
+        n-D cache are widened alike. Returns ``q_pos`` (a tensor, widened, when the cache
+        is n-D).
+        """
+        grid = not isinstance(q_pos, range) and q_pos.dim() == 3
+        if grid and self.positions.dim() == 2:
+            self._keep_positions(self.positions[..., None].repeat(1, 1, q_pos.shape[2]))
+        if self.positions.dim() == 2:
+            return q_pos
+        axes = self.positions.shape[2]
+        if isinstance(q_pos, range):
+            q_pos = torch.arange(q_pos.start, q_pos.stop, device=self.positions.device)[None]
+        if q_pos.dim() == 2:
+            q_pos = q_pos[..., None].expand(-1, -1, axes)  # (b|1, n, n_axes)
+        if q_pos.shape[2] != axes:
+            raise ValueError(f"positions must have n_axes={axes} (the cache's), got {q_pos.shape}")
+        return q_pos
+
+    def _keep_positions(self, positions):
+        """Replace the stored positions (a grid step widened them)."""
+        self.positions = positions
+
+    def _next_after(self, q_pos):
+        """:attr:`next_position` once ``q_pos`` is stored: the running maximum, plus one."""
+        if isinstance(q_pos, range):  # its largest value is known: no tensor to read
+            return self.next_position.clamp(min=q_pos.stop) if len(q_pos) else self.next_position
+        if not q_pos.numel():
+            return self.next_position
+        t = q_pos.to(self.next_position.device)
+        last = t.reshape(t.shape[0], -1).amax(1, keepdim=True)  # (batch|1, 1), every axis
+        return torch.maximum(self.next_position, last + 1)  # (batch, 1)
+
     def _begin(self, positions, padding_mask, batch, n):
         """Reserve ``n`` slots for a new step and record its positions and padding.
 
@@ -122,24 +197,18 @@ class KVCache:
         cache is contiguous, else an int64 tensor), and the validity of every cached
         token (``None`` while no padding was ever given).
         """
-        if batch != self.batch:
-            raise ValueError(f"batch must be {self.batch} (the cache's), got {batch}")
+        self._check_batch(batch)
         start, stop = self.length, self.length + n
         if stop > self.max_len:
             raise ValueError(
                 f"cache is full: max_len={self.max_len}, holds {start} tokens, got {n} more"
             )
         saved = (self.length, self.padded, self.contiguous)
-        if positions is None and self.contiguous:
-            q_pos = range(start, stop)
-        elif positions is None:  # continue every row after its own largest position
-            last = self.positions[:, :start].reshape(batch, -1).max(1, keepdim=True).values
-            q_pos = last + 1 + torch.arange(n, device=last.device)  # (batch, n)
-        else:
-            q_pos = position_arg(positions, batch, n, axes=None)
+        q_pos = self._new_positions(
+            positions, batch, n, range(start, stop) if self.contiguous else None
+        )
         if not (isinstance(q_pos, range) and q_pos.start == start):
             self.contiguous = False
-        q_pos = self._grid_positions(q_pos)
         if isinstance(q_pos, range):  # its own values (a range need not start at the slot)
             self.positions[:, start:stop] = torch.arange(
                 q_pos.start, q_pos.stop, device=self.positions.device
@@ -152,42 +221,22 @@ class KVCache:
             self.valid[:, start:stop] = padding_mask.to(self.valid.device)
             self.padded = True
         self.length = stop
-        self._pending = saved  # until the step commits: _rollback restores this
+        self._pending = (saved, self._next_after(q_pos))  # until the step commits
         k_pos = range(stop) if self.contiguous else self.positions[:, :stop]
         key_valid = self.valid[:, :stop] if self.padded else None
         return start, q_pos, k_pos, key_valid
 
-    def _grid_positions(self, q_pos):
-        """Coordinates on a grid ``(batch|1, n, n_axes)``: the cache keeps every axis.
-
-        A 1-D position ``p`` is the point ``(p, ..., p)`` (a text token in M-RoPE), so the
-        first grid step widens the stored positions that way, and later 1-D steps into an
-        n-D cache are widened alike. Returns ``q_pos`` (a tensor, widened, when the cache
-        is n-D).
-        """
-        grid = not isinstance(q_pos, range) and q_pos.dim() == 3
-        if grid and self.positions.dim() == 2:
-            self.positions = self.positions[..., None].repeat(1, 1, q_pos.shape[2])
-        if self.positions.dim() == 2:
-            return q_pos
-        axes = self.positions.shape[2]
-        if isinstance(q_pos, range):
-            q_pos = torch.arange(q_pos.start, q_pos.stop, device=self.positions.device)[None]
-        if q_pos.dim() == 2:
-            q_pos = q_pos[..., None].expand(-1, -1, axes)  # (b|1, n, n_axes)
-        if q_pos.shape[2] != axes:
-            raise ValueError(f"positions must have n_axes={axes} (the cache's), got {q_pos.shape}")
-        return q_pos
-
     def _commit(self):
         """The step that called ``_begin`` finished: keep what it wrote."""
+        if self._pending is not None:
+            self.next_position.copy_(self._pending[1])
         self._pending = None
 
     def _rollback(self):
         """Undo an uncommitted ``_begin`` (a step that raised must leave no trace)."""
         if getattr(self, "_pending", None) is None:
             return
-        length, padded, contiguous = self._pending
+        length, padded, contiguous = self._pending[0]
         self.valid[:, length:] = False
         self.positions[:, length:] = 0
         self.length, self.padded, self.contiguous = length, padded, contiguous
@@ -200,13 +249,17 @@ class KVCache:
         """
         keys, values = self.keys[layer], self.values[layer]
         stop = start + k.shape[2]
-        if k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]:
-            raise ValueError(
-                f"keys must have shape (batch, kv_heads, n, key_dim) = "
-                f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
-            )
+        self._check_kv(k, keys)
         keys[:, :, start:stop] = k
         values[:, :, start:stop] = v
         if full:
             return keys, values  # (batch, kv_heads, max_len, ·)
         return keys[:, :, :stop], values[:, :, :stop]  # (batch, kv_heads, stop, ·)
+
+    @staticmethod
+    def _check_kv(k, keys):
+        if k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]:
+            raise ValueError(
+                f"keys must have shape (batch, kv_heads, n, key_dim) = "
+                f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
+            )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from posenc.torch.cache.kv import KVCache
-from posenc.torch.positions import position_arg
 
 __all__ = ["StaticKVCache"]
 
@@ -57,7 +56,6 @@ class StaticKVCache(KVCache):
     def __init__(self, **kwargs):
         device = kwargs.get("device")
         self.filled = torch.zeros((), dtype=torch.long, device=device)
-        self.next_position = torch.zeros(kwargs["batch"], 1, dtype=torch.long, device=device)
         self.slots = torch.arange(kwargs["max_len"], device=device)  # (max_len,)
         super().__init__(**kwargs)
         for t in (*self.keys, *self.values, self.positions, self.valid, self.filled,
@@ -68,7 +66,6 @@ class StaticKVCache(KVCache):
         """Empty the cache (the buffers are kept, in place)."""
         super().reset()
         self.filled.zero_()
-        self.next_position.zero_()
         self.per_row = False  # were positions or padding ever given (rows may differ)?
 
     @property
@@ -81,6 +78,11 @@ class StaticKVCache(KVCache):
         if value != 0:
             raise ValueError(f"a StaticKVCache's length is its tensor 'filled', got {value}")
 
+    def _keep_positions(self, positions):
+        """Replace the stored positions (a first grid step widened them): a static address."""
+        self.positions = positions
+        torch._dynamo.mark_static_address(positions)
+
     def _begin(self, positions, padding_mask, batch, n):
         """Record ``n`` new tokens at slots ``filled .. filled + n - 1`` (not yet counted).
 
@@ -90,8 +92,7 @@ class StaticKVCache(KVCache):
         positions), and ``key_valid`` hides the unfilled slots (``None`` while the causal
         mask alone does, i.e. causal attention over shared positions without padding).
         """
-        if batch != self.batch:
-            raise ValueError(f"batch must be {self.batch} (the cache's), got {batch}")
+        self._check_batch(batch)
         start = self.filled
         stop = start + n
         if not torch.compiler.is_compiling():
@@ -105,20 +106,15 @@ class StaticKVCache(KVCache):
         new = start + torch.arange(n, device=start.device)  # slots of the new tokens (n,)
         if positions is not None or padding_mask is not None:
             self.per_row = True
-        if positions is not None:
-            q_pos = position_arg(positions, batch, n)
-            if isinstance(q_pos, range):
-                q_pos = torch.arange(q_pos.start, q_pos.stop, device=start.device)[None]
-        elif self.per_row:  # continue every row after its own last position
-            q_pos = self.next_position + torch.arange(n, device=start.device)  # (batch, n)
-        else:
-            q_pos = new[None]  # (1, n): position == slot
-        q_pos = q_pos.to(self.positions.device)
-        self.positions.index_copy_(1, new, q_pos.expand(batch, n))
+        q_pos = self._new_positions(positions, batch, n, None if self.per_row else new[None])
+        if isinstance(q_pos, range):
+            q_pos = torch.arange(q_pos.start, q_pos.stop, device=start.device)[None]
+        q_pos = q_pos.to(self.positions.device)  # (b|1, n) or (b|1, n, n_axes)
+        self.positions.index_copy_(1, new, q_pos.expand(batch, *q_pos.shape[1:]))
         real = torch.ones(batch, n, dtype=torch.bool, device=self.valid.device)
         mask = real if padding_mask is None else padding_mask.to(self.valid.device)
         self.valid.index_copy_(1, new, mask)  # (batch, max_len)
-        self._pending = (n, q_pos[:, -1:] + 1)
+        self._pending = (n, self._next_after(q_pos))
         if self.per_row:
             k_pos, key_valid = self.positions, self.valid & (self.slots < stop)  # (b, max_len)
         else:
@@ -138,19 +134,16 @@ class StaticKVCache(KVCache):
         """Undo an uncommitted ``_begin``: its slots are unfilled again."""
         if getattr(self, "_pending", None) is None:
             return
-        self.valid.masked_fill_(self.slots >= self.filled, False)
-        self.positions.masked_fill_(self.slots >= self.filled, 0)
+        unfilled = self.slots >= self.filled  # (max_len,)
+        self.valid.masked_fill_(unfilled, False)
+        self.positions.masked_fill_(unfilled.view(-1, *(1,) * (self.positions.dim() - 2)), 0)
         self._pending = None
 
     def _store(self, layer, start, k, v, full=True):
         """Write ``k``, ``v`` ``(batch, kv_heads, n, ·)`` at the step's slots; return the
         whole buffers ``(batch, kv_heads, max_len, ·)``."""
         keys, values = self.keys[layer], self.values[layer]
-        if k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]:
-            raise ValueError(
-                f"keys must have shape (batch, kv_heads, n, key_dim) = "
-                f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
-            )
+        self._check_kv(k, keys)
         keys.index_copy_(2, self._new_slots, k.to(keys.dtype))
         values.index_copy_(2, self._new_slots, v.to(values.dtype))
         return keys, values  # (batch, kv_heads, max_len, ·)

@@ -199,7 +199,7 @@ def _cache_shape(module, layers):
     weight = attn.qkv.weight
     return {
         "layers": layers, "kv_heads": attn.kv_heads, "key_dim": key_dim, "value_dim": hd,
-        "dtype": weight.dtype, "device": weight.device,
+        "dtype": weight.dtype, "device": weight.device, "position_axes": enc.position_axes,
     }  # fmt: skip
 
 
