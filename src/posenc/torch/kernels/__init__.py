@@ -1,5 +1,8 @@
 """Kernels of the rotation family, and the one place that picks one per call.
 
+The bottom layer of :mod:`posenc.torch`: imports torch (and triton, when chosen), nothing
+of posenc above it.
+
 Encodings (RoPE, YaRN's scale, xPos) call :func:`rotate` or :func:`rotate_qk`; which
 implementation runs is read from :data:`TABLE` by device, mode and dtype, every call
 (modules move between devices):
