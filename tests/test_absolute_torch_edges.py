@@ -101,5 +101,6 @@ def test_vmap_position_past_max_len_raises(bad):
     pe = SinusoidalEncoding(8, max_len=12)
     x = torch.zeros(1, 2, 8)
     pos = torch.tensor([[0, 1], [bad, 0]])
-    with pytest.raises(ValueError, match=rf"^positions must be < max_len=12, got {bad}$"):
+    hint = "; build the encoding with a larger max_len"  # the words of eager mode, hint too
+    with pytest.raises(ValueError, match=rf"^positions must be < max_len=12, got {bad}{hint}$"):
         torch.func.vmap(lambda p: pe(x, p))(pos)

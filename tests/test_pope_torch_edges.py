@@ -228,9 +228,11 @@ def test_hooks_refuse_a_stepped_range_and_grid_hooks_misfitting_coordinates():
         RotaryEmbedding(8).encode_qk(q, q, range(0, 8, 2), range(4))
     axial, grid = AxialRotaryEmbedding(8), torch.zeros(3, 4, 2, dtype=torch.long)
     with raises_exactly("k_positions must be a range of 4 or have shape (batch|1, seq) or "
-                        "(batch|1, seq, 2) with batch 1 and seq 4, got (3, 4, 2)"):  # fmt: skip
+                        "(batch|1, seq, n_axes=2) with batch 1 and seq 4, "
+                        "got (3, 4, 2)"):  # fmt: skip
         axial.encode_qk(q, q, grid[:1], grid)
     with raises_exactly("q_positions must be a range of 4 or have shape (batch|1, seq) or "
-                        "(batch|1, seq, 2) with batch 1 and seq 4, got (1, 3, 2)"):  # fmt: skip
+                        "(batch|1, seq, n_axes=2) with batch 1 and seq 4, "
+                        "got (1, 3, 2)"):  # fmt: skip
         axial.encode_qk(q, q, grid[:1, :3], grid[:1])
     assert axial.encode_qk(q, q, grid[:1], range(4))[0].shape == (1, 2, 4, 8)

@@ -12,7 +12,8 @@ import torch
 from expect import raises_exactly
 
 from posenc.torch import RotaryEmbedding, as_positions, position_tensor
-from posenc.torch.positions import max_position, position_arg
+from posenc.torch.position_values import max_position
+from posenc.torch.positions import position_arg
 
 
 def test_as_positions_checks_shape_and_values_and_places_the_result():

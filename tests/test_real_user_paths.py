@@ -113,33 +113,27 @@ def test_settings_are_values_and_parsing_them_is_bounded():
     assert tables._settings.cache_info().currsize <= 128
 
 
-class _HalfRatesUntil(posenc.scaling.Scaling):
-    """A user's length-dependent scaling that is not a dataclass: rates halve past ``n``."""
+class _Tagged(posenc.scaling.Scaling):
+    """A fixed scaling of a user's own class holding a function: pickle cannot carry it."""
 
-    length_dependent = True
-
-    def __init__(self, n):
-        self.n = n
-
-    def __repr__(self):
-        return f"_HalfRatesUntil({self.n})"
+    def __init__(self, fn):
+        self.fn = fn
 
     def inv_freq(self, dim, base, seq_len=None):
-        inv, _ = posenc.rope_frequencies(dim, base=base)
-        return (inv / 2 if seq_len is not None and seq_len > self.n else inv), 1.0
+        return self.fn(posenc.rope_frequencies(dim, base=base)[0]), 1.0
 
 
-def test_a_scaling_that_is_not_a_dataclass_is_kept_by_value_and_bounded():
-    from posenc.torch.encodings.qk import rope_dynamic as tables
+def test_a_scaling_pickle_cannot_carry_is_refused_when_pickled_by_name():
+    import copy
+    import pickle
 
-    x = torch.randn(1, 1, 6, 8, dtype=torch.float64)
-    for n in (10, 3):  # length 6: within n, then past it (rates halved)
-        got = apply_rope(x, scaling=_HalfRatesUntil(n))
-        want = posenc.rope(x.numpy(), np.arange(6), scaling=_HalfRatesUntil(n))
-        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
-    for n in range(300):
-        tables.settings_key(8, 1e4, _HalfRatesUntil(n), None)
-    assert len(tables._OPAQUE) == tables._OPAQUE_MAX
+    rope = RotaryEmbedding(8, scaling=_Tagged(lambda inv: inv / 2), max_len=16)
+    with pytest.raises(pickle.PicklingError, match="^RotaryEmbedding's scaling _Tagged cannot be"):
+        pickle.dumps(rope)
+    twin = copy.deepcopy(rope)  # deepcopy keeps the function by reference: allowed
+    x = torch.randn(1, 1, 4, 8, dtype=torch.float64)
+    torch.testing.assert_close(twin(x, x)[0], rope(x, x)[0], rtol=0, atol=0)
+    assert twin.cos_sin is not rope.cos_sin  # and copies the tables
 
 
 # -- 2. meta-device init, then load_state_dict(assign=True) --------------------------------------

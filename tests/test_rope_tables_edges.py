@@ -2,10 +2,9 @@
 
 * ``base`` is validated before anything else in ``apply_rope`` (a bad base is refused with
   its own message, not with the message of a later check on the positions or ``seq_len``);
-* a dataclass scaling (``DynamicNTK``) is keyed by value, so it never depends on the
-  bounded registry of scalings that are not dataclasses: many of those later, it still works;
-* that registry evicts the least recently registered settings: settings registered again
-  (a second layer built with them) move to the back and outlive newer ones;
+* a scaling is carried by value: a fixed scaling of any class works (its rates are computed
+  at construction); a length-dependent one must be a dataclass importable by its path, and
+  is refused at construction, by name, otherwise (there is no registry to outgrow);
 * tables computed at call time are built next to the input, not on torch's default device
   (checked with ``with torch.device("meta")`` around a call on CPU tensors);
 * the table is float32 for every input dtype but float64 (also for length-dependent scalings);
@@ -17,7 +16,7 @@ Values are checked against the float64 NumPy reference (``posenc.rope``) or a ha
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,28 +28,19 @@ from posenc.torch import RotaryEmbedding, apply_rope
 from posenc.torch.encodings.qk import rope_dynamic as tables
 from posenc.torch.encodings.qk.rope_tables import rows_to_build
 
-_TAGS = itertools.count()
-
 
 class _Opaque(posenc.scaling.Scaling):
-    """A user's scaling that is not a dataclass: rates divided by ``div`` (``tag``: identity)."""
+    """A user's scaling that is not a dataclass: rates divided by ``div``."""
 
-    def __init__(self, tag, div=1.0, length_dependent=False):
-        self.tag, self.div, self.length_dependent = tag, div, length_dependent
+    def __init__(self, div=1.0, length_dependent=False):
+        self.div, self.length_dependent = div, length_dependent
 
-    def __repr__(self):
-        return f"_Opaque({self.tag!r}, {self.div!r})"
+    def __repr__(self):  # says nothing of ``div``: the settings must not be read from it
+        return "_Opaque()"
 
     def inv_freq(self, dim, base, seq_len=None):
         inv, _ = posenc.rope_frequencies(dim, base=base)
         return inv / self.div, 1.0
-
-
-def _fresh_opaque_settings(n):
-    """Register ``n`` never-seen opaque settings the way a user would: ``apply_rope`` calls."""
-    x = torch.ones(1, 1, 1, 4)
-    for _ in range(n):
-        apply_rope(x, scaling=_Opaque(f"fresh-{next(_TAGS)}"))
 
 
 def _rope_ref(x, positions, **kw):
@@ -74,30 +64,55 @@ def test_smallest_positive_base_is_accepted():
     np.testing.assert_allclose(got.numpy(), _rope_ref(x, [0, 1]), rtol=0, atol=1e-15)
 
 
-# -- the opaque registry -----------------------------------------------------------------------
+# -- scalings travel as values -----------------------------------------------------------------
 
 
-def test_dataclass_scaling_does_not_depend_on_the_opaque_registry():
+def test_fixed_scalings_of_any_class_are_kept_by_value_even_with_one_repr():
+    x = torch.ones(1, 1, 5, 8, dtype=torch.float64)
+    for div in (2.0, 3.0):  # two modules whose scalings print alike: each its own rates
+        rope = RotaryEmbedding(8, scaling=_Opaque(div), max_len=16)
+        want = _rope_ref(x, range(5), scaling=_Opaque(div))
+        np.testing.assert_allclose(rope(x, x)[0].numpy(), want, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(apply_rope(x, scaling=_Opaque(div)).numpy(), want, atol=1e-12)
+
+
+def test_length_dependent_scalings_that_cannot_travel_are_refused_by_name():
+    @dataclass(frozen=True)
+    class Local(posenc.scaling.Scaling):  # a dataclass defined inside a function
+        factor: float = 2.0
+        length_dependent = True
+
+        def inv_freq(self, dim, base, seq_len=None):
+            return posenc.rope_frequencies(dim, base=base)[0] / self.factor, 1.0
+
+    path = f"{__name__}:test_length_dependent_scalings_that_cannot_travel_are_refused_by_name"
+    for scaling, why in [
+        (_Opaque(2.0, length_dependent=True), "it is not a dataclass"),
+        (Local(), f"its class cannot be imported as {path}.<locals>.Local"),
+    ]:
+        name = type(scaling).__qualname__
+        msg = (f"scaling {name} cannot travel as a value (a module rebuilds a length-dependent "
+               f"scaling from its class and fields): {why}")  # fmt: skip
+        with raises_exactly(
+            msg + (" (define it at a module's top level)" if "import" in why else "")
+        ):
+            RotaryEmbedding(8, scaling=scaling, max_len=16)
+        with raises_exactly(
+            msg + (" (define it at a module's top level)" if "import" in why else "")
+        ):
+            apply_rope(torch.ones(1, 1, 2, 8), scaling=scaling)
+    assert not hasattr(tables, "_OPAQUE")  # no process-local registry left
+
+
+def test_a_dataclass_scaling_is_rebuilt_from_its_key_in_every_process_alike():
     rope = RotaryEmbedding(8, base=123.0, scaling=DynamicNTK(3.0, 4), max_len=64)
-    _fresh_opaque_settings(tables._OPAQUE_MAX + 1)  # a registry's worth of other settings
+    assert tables._settings(rope._key) == (8, 123.0, DynamicNTK(3.0, 4), 8)
     torch.manual_seed(0)
     q, k = torch.randn(1, 2, 10, 8, dtype=torch.float64), torch.randn(1, 1, 10, 8)
     qr, kr = rope(q, k)
     kw = {"base": 123.0, "scaling": DynamicNTK(3.0, 4)}
     np.testing.assert_allclose(qr.numpy(), _rope_ref(q, range(10), **kw), rtol=0, atol=1e-12)
     np.testing.assert_allclose(kr.numpy(), _rope_ref(k, range(10), **kw), rtol=0, atol=1e-5)
-
-
-def test_settings_registered_again_outlive_newer_ones():
-    scaling = _Opaque(f"kept-{next(_TAGS)}", div=2.0, length_dependent=True)
-    first = RotaryEmbedding(8, scaling=scaling, max_len=16)
-    _fresh_opaque_settings(tables._OPAQUE_MAX - 1)  # now the oldest of a full registry
-    RotaryEmbedding(8, scaling=scaling, max_len=16)  # a second layer: the most recent now
-    _fresh_opaque_settings(1)  # one more evicts the oldest, which is no longer ``first``'s
-    x = torch.ones(1, 1, 5, 8, dtype=torch.float64)
-    qr, _ = first(x, x)
-    want = _rope_ref(x, range(5), scaling=_Opaque("ref", div=2.0))
-    np.testing.assert_allclose(qr.numpy(), want, rtol=0, atol=1e-12)
 
 
 # -- device: next to the input -----------------------------------------------------------------

@@ -42,7 +42,7 @@ def test_axial_defaults():
     q = _randn(1, 2, 3, 8, seed=0)
     inv, axis = posenc.axial_frequencies(8, 2, base=10_000.0)
     _close(enc(q, q, pos)[0], _want(q, pos, inv, axis))
-    with raises_exactly("positions must be < max_len=1024, got 1024"):
+    with raises_exactly("q_positions must be < max_len=1024, got 1024"):
         enc(q, q, torch.tensor([[[0, 1024], [0, 0], [0, 0]]]))
 
 
@@ -65,7 +65,7 @@ def test_mrope_defaults():
     q = _randn(1, 1, 3, 16, seed=2)
     inv, axis = posenc.mrope_frequencies(16, (2, 3, 3), base=10_000.0, interleaved=False)
     _close(enc(q, q, pos)[0], _want(q, pos, inv, axis))
-    with raises_exactly("positions must be < max_len=4096, got 4096"):
+    with raises_exactly("q_positions must be < max_len=4096, got 4096"):
         enc(q, q, pos + 1)
 
 
@@ -73,7 +73,7 @@ def test_max_len_boundary():
     enc = AxialRotaryEmbedding(4, max_len=1)  # the smallest table: coordinate 0 only
     q = _randn(1, 1, 1, 4, seed=3)
     _close(enc(q, q, torch.zeros(1, 1, 2, dtype=torch.long))[0], q.numpy(), atol=0)
-    with raises_exactly("positions must be < max_len=1, got 1"):
+    with raises_exactly("q_positions must be < max_len=1, got 1"):
         enc(q, q, torch.ones(1, 1, 2, dtype=torch.long))
     with raises_exactly("max_len must be >= 1, got 0"):
         AxialRotaryEmbedding(4, max_len=0)
@@ -167,9 +167,9 @@ def test_wrong_number_of_axes_refused_exactly():
     q = torch.zeros(1, 1, 3, 12)
     two = torch.zeros(1, 3, 2, dtype=torch.long)
     msg = "positions must have n_axes=3 coordinates, got shape (1, 3, 2)"
-    with raises_exactly(msg):
+    with raises_exactly(f"q_{msg}"):  # the hooks name the argument
         enc.encode_qk(q, q, two, two)
-    with raises_exactly(msg):
+    with raises_exactly(f"k_{msg}"):
         enc.encode_qk(q, q, range(3), two)
     with raises_exactly(msg):
         enc.table(two)

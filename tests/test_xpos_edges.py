@@ -52,7 +52,7 @@ def test_default_max_len_is_4096():
     x = torch.ones(1, 1, 1, 8)
     qx, kx = xpos(x, x, torch.tensor([[4095]]))  # the last position accepted
     assert torch.isfinite(qx).all() and torch.isfinite(kx).all()
-    with raises_exactly("positions must be < max_len=4096, got 4096"):
+    with raises_exactly("q_positions must be < max_len=4096, got 4096"):
         xpos(x, x, torch.tensor([[4096]]))
 
 

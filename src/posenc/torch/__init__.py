@@ -22,7 +22,8 @@ from posenc.torch.encodings.input.absolute import LearnedEncoding, SinusoidalEnc
 from posenc.torch.encodings.input.sinusoidal_2d import SinusoidalEncoding2D
 from posenc.torch.encodings.qk.pairing import half_to_interleaved, interleaved_to_half
 from posenc.torch.encodings.qk.pope import PoPE
-from posenc.torch.encodings.qk.rope import RotaryEmbedding, apply_rope
+from posenc.torch.encodings.qk.rope import RotaryEmbedding
+from posenc.torch.encodings.qk.rope_apply import apply_rope
 from posenc.torch.encodings.qk.rope_nd import AxialRotaryEmbedding, MRoPE
 from posenc.torch.encodings.qk.xpos import XPos
 from posenc.torch.encodings.scores.bias import ALiBi, T5RelativeBias

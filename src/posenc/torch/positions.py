@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from posenc.torch.position_values import check_values
+
 __all__ = ["as_positions", "position_tensor", "position_at", "relative_positions"]
 
 
@@ -61,8 +63,9 @@ def position_arg(positions, batch: int, seq: int, *, axes: int | None = 1):
     Returns a ``range`` (contiguous, shared by the batch) or an int64 ``(batch|1, seq)``
     tensor, or ``(batch|1, seq, n_axes)`` for coordinates on a grid (images, video: the
     encodings of ``posenc.torch.encodings.qk.rope_nd`` read them; the attention core passes them
-    on). The non-negativity check reads the values, so it runs in eager mode only
-    (compiled code relies on the indexing bounds checks of the encodings instead).
+    on). Values are checked non-negative by
+    :func:`~posenc.torch.position_values.check_values` (in eager mode one read, remembered
+    on the tensor; traced, inside an op).
     ``axes``: the coordinates per token the reader expects (an encoding's
     :attr:`~posenc.torch.PositionalEncoding.position_axes`); 1 rejects grid coordinates,
     ``None`` accepts any number.
@@ -77,12 +80,9 @@ def position_arg(positions, batch: int, seq: int, *, axes: int | None = 1):
         return positions
     if not isinstance(positions, torch.Tensor):
         positions = torch.as_tensor(positions)
-    if (
-        positions.dtype.is_floating_point
-        or positions.dtype.is_complex
-        or positions.dtype == torch.bool
-    ):
-        raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    dtype = positions.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise ValueError(f"positions must be an integer tensor, got dtype {dtype}")
     if positions.dim() == 1:
         positions = positions.unsqueeze(0)  # (1, seq)
     grid = positions.dim() == 3 and (axes is None or axes > 1)
@@ -97,47 +97,7 @@ def position_arg(positions, batch: int, seq: int, *, axes: int | None = 1):
             f"positions must have shape (seq,) or (batch, seq) = ({batch}, {seq}){also}, "
             f"got {tuple(positions.shape)}"
         )
-    positions = positions.long()
-    if traced(positions):  # compiled or under vmap: the values are checked inside an op
-        return checked_positions(positions, 0)
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
-    return positions
-
-
-def traced(positions) -> bool:
-    """Are ``positions`` values out of Python's reach (``torch.compile``, ``torch.func``)?"""
-    return torch.compiler.is_compiling() or (
-        isinstance(positions, torch.Tensor)
-        and torch._C._functorch.is_functorch_wrapped_tensor(positions)
-    )
-
-
-@torch.library.custom_op("posenc::checked_positions", mutates_args=())
-def checked_positions(positions: torch.Tensor, stop: int) -> torch.Tensor:
-    """A copy of ``positions`` after checking ``0 <= p`` (and ``p < stop`` if ``stop > 0``).
-
-    An op, so compiled code and ``vmap`` raise the same :class:`ValueError` as eager code
-    instead of letting a negative index wrap around a table. Its result is used downstream,
-    so the check cannot be dropped as dead code.
-    """
-    if positions.numel():
-        lo, hi = int(positions.min()), int(positions.max())
-        if lo < 0:
-            raise ValueError(f"positions must be non-negative, got {lo}")
-        if stop > 0 and hi >= stop:
-            raise ValueError(f"positions must be < max_len={stop}, got {hi}")
-    return positions.clone()
-
-
-@checked_positions.register_fake
-def _(positions, stop):
-    return torch.empty_like(positions)
-
-
-@checked_positions.register_vmap
-def _(info, in_dims, positions, stop):
-    return checked_positions(positions, stop), in_dims[0]
+    return check_values("positions", positions.long())  # eager: one read, remembered
 
 
 def position_tensor(positions, device=None) -> torch.Tensor:
@@ -223,11 +183,13 @@ def check_fits(name: str, positions, x: torch.Tensor, *, axes: int = 1) -> None:
         ok, got = len(positions) == seq and positions.step == 1, f"{positions}"
     else:
         shape = tuple(positions.shape)
-        grid = axes > 1 and positions.dim() == 3  # the count of axes: checked by the reader
+        if axes > 1 and positions.dim() == 3 and shape[2] != axes:
+            raise ValueError(f"{name} must have n_axes={axes} coordinates, got shape {shape}")
+        grid = axes > 1 and positions.dim() == 3
         ok = (positions.dim() == 2 or grid) and shape[1] == seq and shape[0] in (1, batch)
         got = shape
     if not ok:
-        also = "" if axes == 1 else f" or (batch|1, seq, {axes})"
+        also = "" if axes == 1 else f" or (batch|1, seq, n_axes={axes})"
         raise ValueError(
             f"{name} must be a range of {seq} or have shape (batch|1, seq){also} with batch "
             f"{batch} and seq {seq}, got {got}"
@@ -237,10 +199,3 @@ def check_fits(name: str, positions, x: torch.Tensor, *, axes: int = 1) -> None:
 def len_of(positions) -> int:
     """Number of positions in a ``range`` or a ``(b|1, seq)`` / ``(b|1, seq, n_axes)`` tensor."""
     return len(positions) if isinstance(positions, range) else positions.shape[1]
-
-
-def max_position(positions) -> int:
-    """Largest position (``-1`` if empty): static for a ``range``, read from a tensor."""
-    if isinstance(positions, range):
-        return positions.stop - 1
-    return int(positions.max()) if positions.numel() else -1

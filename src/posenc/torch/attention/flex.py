@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from posenc.torch.positions import len_of
@@ -12,6 +14,7 @@ __all__ = ["flex_plan", "flex_attention_compiled"]
 _FLEX = {}
 _MASKS = {}  # (seq_q, seq_k, offset, device): causal BlockMask, built once per shape
 _MASKS_KEPT = 16
+_MASKS_LOCK = threading.Lock()
 
 
 def flex_attention_compiled(device_type="cpu"):
@@ -45,9 +48,10 @@ def _causal_block_mask(seq_q, seq_k, offset, device):
             return kv_idx <= q_idx + shift
 
         mask = create_block_mask(causal, None, None, seq_q, seq_k, device=device)
-        if len(_MASKS) >= _MASKS_KEPT:
-            _MASKS.pop(next(iter(_MASKS)))  # the oldest
-        _MASKS[key] = mask
+        with _MASKS_LOCK:  # threads share the cache: evict and insert as one step
+            while len(_MASKS) >= _MASKS_KEPT:
+                _MASKS.pop(next(iter(_MASKS)))  # the oldest
+            _MASKS[key] = mask
     return mask
 
 

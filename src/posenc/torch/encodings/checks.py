@@ -9,12 +9,14 @@ import torch
 
 from posenc.encodings.qk.rope import PAIRINGS
 from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.position_values import check_values
 from posenc.torch.positions import check_fits
 
 __all__ = [
     "check_float",
     "check_qk",
     "check_hook",
+    "check_score_positions",
     "check_pairing",
     "check_heads",
     "check_encoding",
@@ -46,13 +48,43 @@ def check_qk(q, k, head_dim) -> None:
         )
 
 
-def check_hook(q, k, q_positions, k_positions, *, head_dim, axes=1) -> None:
-    """A query/key hook's guard, once per call: :func:`check_qk` on ``q`` and ``k``, and
-    positions that fit them (a ``range`` of their length or ``(batch|1, seq)``, or with
-    ``axes > 1`` grid coordinates ``(batch|1, seq, axes)``)."""
+def check_hook(q, k, q_positions, k_positions, *, head_dim, axes=1, stop=None):
+    """A query/key hook's guard, once per call: :func:`check_qk` on ``q`` and ``k``, positions
+    that fit them (a ``range`` of their length or ``(batch|1, seq)``, or with ``axes > 1``
+    grid coordinates ``(batch|1, seq, axes)``), and their values ``0 <= p < stop``.
+
+    Returns the positions to use: traced ones come back from the checking op.
+    """
     check_qk(q, k, head_dim)
     check_fits("q_positions", q_positions, q, axes=axes)
     check_fits("k_positions", k_positions, k, axes=axes)
+    same = q_positions is k_positions
+    q_positions = check_values("q_positions", q_positions, stop)
+    k_positions = q_positions if same else check_values("k_positions", k_positions, stop)
+    return q_positions, k_positions
+
+
+def check_score_positions(q_positions, k_positions):
+    """A score hook's guard: each a ``range`` or an integer ``(batch|1, seq)`` tensor, batches
+    that broadcast, values non-negative. Returns the positions to use (as
+    :func:`check_hook`)."""
+    rows = []
+    for name, p in (("q_positions", q_positions), ("k_positions", k_positions)):
+        if isinstance(p, range):
+            if p.step != 1:
+                raise ValueError(f"{name} must be a range of step 1, got {p}")
+        elif not isinstance(p, torch.Tensor) or p.dim() != 2:
+            got = tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
+            raise ValueError(f"{name} must be a range or a (batch|1, seq) tensor, got {got}")
+        else:
+            rows.append(p.shape[0])
+    if len(rows) == 2 and rows[0] != rows[1] and 1 not in rows:
+        raise ValueError(
+            f"k_positions must have the batch of q_positions ({rows[0]}), got {rows[1]}"
+        )
+    same = q_positions is k_positions
+    q_positions = check_values("q_positions", q_positions)
+    return q_positions, q_positions if same else check_values("k_positions", k_positions)
 
 
 def check_pairing(pairing) -> str:

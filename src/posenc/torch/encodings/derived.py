@@ -59,7 +59,9 @@ class DerivedState(nn.Module):
         present = [self._buffers[n] for n in self._DERIVED if self._buffers.get(n) is not None]
         if not any(t.is_meta for t in present):
             return
-        if device is None or torch.device(device).type == "meta":
+        if device is not None and torch.device(device).type == "meta":
+            return  # computing on meta (shapes only): meta tables are what it needs
+        if device is None:
             real = [p.device for p in self.parameters() if not p.is_meta]
             device = real[0] if real else torch.device("cpu")
         with torch.inference_mode(False), torch.no_grad():  # usable by training later

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import threading
 
 import torch
 
@@ -45,7 +46,7 @@ TABLE = {
     ("cuda", "compile"): ("expr", "triton", "triton"),
 }
 _FALLBACK = {"plain": "eager", "autograd": "expr", "compile": "expr"}  # triton missing
-_forced = None  # set by use()
+_FORCED = threading.local()  # use()'s choice, per thread: another thread's block is not ours
 
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None  # looked up, not imported
@@ -96,7 +97,7 @@ def choose(x, impl=None) -> str:
 
 
 def _choose(x, impl, m):
-    impl = _forced if impl is None else impl
+    impl = getattr(_FORCED, "impl", None) if impl is None else impl
     if impl is not None:
         why = None
         if impl not in IMPLS:
@@ -118,7 +119,8 @@ def _choose(x, impl, m):
 
 @contextlib.contextmanager
 def use(impl):
-    """Force ``impl`` (``"expr"``, ``"eager"``, ``"triton"`` or None) inside the block.
+    """Force ``impl`` (``"expr"``, ``"eager"``, ``"triton"`` or None) inside the block, in this
+    thread (other threads keep their own choice).
 
     Examples
     --------
@@ -131,14 +133,14 @@ def use(impl):
     >>> kernels.choose(x)
     'eager'
     """
-    global _forced
     if impl is not None and impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
-    before, _forced = _forced, impl
+    before = getattr(_FORCED, "impl", None)
+    _FORCED.impl = impl
     try:
         yield
     finally:
-        _forced = before
+        _FORCED.impl = before
 
 
 def _triton():

@@ -8,7 +8,9 @@ from torch import nn
 import posenc
 from posenc._checks import check_dim, check_int, check_positive
 from posenc.torch.encodings.base import PositionalEncoding
-from posenc.torch.positions import checked_positions, max_position, position_arg, traced
+from posenc.torch.encodings.checks import check_float
+from posenc.torch.position_values import check_values
+from posenc.torch.positions import position_arg
 
 __all__ = ["SinusoidalEncoding", "LearnedEncoding"]
 
@@ -27,26 +29,17 @@ class _TableEncoding(PositionalEncoding):
             raise ValueError(
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
+        check_float("x", x)  # an integer x would truncate the encoding
         positions = position_arg(positions, x.shape[0], x.shape[1])
+        hint = "; build the encoding with a larger max_len"
+        positions = check_values("positions", positions, self.max_len, why=hint)
         self._materialize(x.device)  # meta tables after load_state_dict(assign=True)
         table = self._table()  # (max_len, dim)
         if isinstance(positions, range):  # contiguous: a slice, no gather
-            if positions.stop > self.max_len:
-                self._too_far(positions.stop - 1)
             pe = table[positions.start : positions.stop][None]  # (1, seq, dim)
         else:
-            if traced(positions):  # compiled or vmapped: checked inside an op, no wrap-around
-                positions = checked_positions(positions, self.max_len)
-            elif max_position(positions) >= self.max_len:
-                self._too_far(max_position(positions))
             pe = table[positions.to(table.device)]  # (batch or 1, seq, dim)
         return x + pe.to(x.dtype)  # (batch, seq, dim), rounded once to x's dtype
-
-    def _too_far(self, last):
-        raise ValueError(
-            f"positions must be < max_len={self.max_len}, got {last}; "
-            f"build the encoding with a larger max_len"
-        )
 
     def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:
         """Add the encoding to ``x`` of shape ``(batch, seq, dim)``.

@@ -13,7 +13,8 @@ import torch
 import posenc
 from posenc._checks import check_int, check_positive
 from posenc.torch.encodings.base import PositionalEncoding
-from posenc.torch.encodings.qk.rope_nd import check_max
+from posenc.torch.encodings.checks import check_float
+from posenc.torch.position_values import check_values
 from posenc.torch.positions import position_arg
 
 __all__ = ["SinusoidalEncoding2D"]
@@ -83,8 +84,10 @@ class SinusoidalEncoding2D(PositionalEncoding):
             raise ValueError(
                 f"x must have shape (batch, seq, dim={self.dim}), got {tuple(x.shape)}"
             )
+        check_float("x", x)
         positions = position_arg(positions, x.shape[0], x.shape[1], axes=2)
-        check_max(positions, self.max_len)
+        positions = check_values("positions", positions, self.max_len)
+        self._materialize(x.device)  # still on meta after load_state_dict(assign=True)?
         table = self.table  # (max_len, dim // 2)
         if isinstance(positions, range):
             half = table[positions.start : positions.stop][None]  # (1, seq, dim // 2)

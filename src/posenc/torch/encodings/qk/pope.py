@@ -17,7 +17,7 @@ from posenc._checks import check_int, check_positive
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.checks import check_hook
 from posenc.torch.kernels import needs_expr
-from posenc.torch.positions import position_tensor
+from posenc.torch.positions import position_arg, position_tensor
 
 __all__ = ["PoPE"]
 
@@ -131,7 +131,9 @@ class PoPE(PositionalEncoding):
         k : torch.Tensor
             ``(batch, kv_heads, seq_k, 2 * head_dim)``, dtype of the input.
         """
-        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim)
+        q_positions, k_positions = check_hook(
+            q, k, q_positions, k_positions, head_dim=self.head_dim
+        )
         if q.shape[1] != self.heads:  # one phase bias per query head
             raise ValueError(f"q must have heads={self.heads}, got {tuple(q.shape)}")
         self._materialize(q.device)  # theta still on meta after load_state_dict(assign=True)
@@ -159,8 +161,6 @@ class PoPE(PositionalEncoding):
         k : torch.Tensor
             ``(batch, kv_heads, seq, 2 * head_dim)``.
         """
-        from posenc.torch.positions import position_arg
-
         pos = position_arg(positions, q.shape[0], q.shape[2])
         return self.encode_qk(q, k, pos, pos)
 

@@ -1,4 +1,4 @@
-"""RoPE in torch: a functional ``apply_rope`` and the ``RotaryEmbedding`` encoding (queries/keys).
+"""RoPE in torch: the ``RotaryEmbedding`` encoding of the queries and keys.
 
 Angles are computed in float64 from integer positions and only then rounded: the cos/sin
 tables are float32 (float64 for float64 inputs) whatever the module's or the input's dtype,
@@ -14,85 +14,16 @@ import torch
 import posenc
 from posenc._checks import check_int
 from posenc.hf import from_hf
-from posenc.torch.encodings.checks import check_float, check_hook, check_pairing, check_qk
-from posenc.torch.encodings.qk.rope_dynamic import _table_now, settings_key
-from posenc.torch.encodings.qk.rope_tables import RopeTables, _table_dtype
-from posenc.torch.kernels import rotate, rotate_qk
+from posenc.torch.encodings.checks import check_hook, check_pairing, check_qk
+from posenc.torch.encodings.qk.rope_dynamic import settings_key
+from posenc.torch.encodings.qk.rope_tables import RopeTables
+from posenc.torch.kernels import rotate_qk
 from posenc.torch.positions import (
     position_arg,
     position_tensor,
 )
 
-__all__ = ["apply_rope", "RotaryEmbedding"]
-
-
-def apply_rope(
-    x,
-    positions=None,
-    *,
-    base=10_000.0,
-    pairing="half",
-    scaling=None,
-    rotary_dim=None,
-    seq_len=None,
-    out=None,
-):
-    """Rotate ``x`` of shape ``(batch, heads, seq, head_dim)`` by position (RoPE).
-
-    The torch twin of :func:`posenc.rope`, tested against it.
-
-    Parameters
-    ----------
-    x : torch.Tensor
-        Queries or keys, ``(batch, heads, seq, head_dim)``.
-    positions : torch.Tensor or range, optional
-        Int positions ``(seq,)`` or ``(batch, seq)`` (per row, e.g. left padding or a KV
-        cache offset); default ``0 .. seq - 1``.
-    base : float
-        The RoPE base.
-    pairing : {"half", "interleaved"}
-        Which dims form a pair.
-    scaling : posenc.scaling.Scaling, optional
-        A scaling from :mod:`posenc.scaling`.
-    rotary_dim : int, optional
-        Rotate only the first ``rotary_dim`` dims.
-    seq_len : int, optional
-        Length fed to length-dependent scalings; default ``max(positions) + 1``.
-    out : torch.Tensor, optional
-        Preallocated result (same shape and dtype as ``x``, not overlapping it). Reusing
-        one buffer avoids allocating (and page-faulting) a fresh output every call. Plain
-        eager inference only (``ValueError`` under autograd, ``torch.compile`` or ``torch.func``).
-
-    Returns
-    -------
-    torch.Tensor
-        Same shape and dtype as ``x`` (``out`` if given).
-
-    Notes
-    -----
-    Differentiable, and composable with ``torch.compile``, ``torch.func.vmap``, ``grad``
-    and ``jacfwd``: those use a plain tensor expression, while eager inference uses
-    allocation-free kernels. bfloat16/float16 inputs are rotated in float32 and rounded once.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from posenc.torch import apply_rope
-    >>> apply_rope(torch.tensor([[[[1.0, 0.0]]]]), torch.tensor([1]))
-    tensor([[[[0.5403, 0.8415]]]])
-    """
-    if x.dim() != 4:
-        raise ValueError(f"x must have shape (batch, heads, seq, head_dim), got {tuple(x.shape)}")
-    check_pairing(pairing)
-    check_float("x", x)
-    key = settings_key(x.shape[-1], base, scaling, rotary_dim)
-    pos = position_arg(positions, x.shape[0], x.shape[2])  # range or (b|1, seq)
-    length_from = pos
-    if seq_len is not None:  # a length given: the table reads max + 1 = seq_len
-        seq_len = check_int("seq_len", seq_len, minimum=1)
-        length_from = range(seq_len - 1, seq_len)
-    cs = _table_now(pos, length_from, x.device, key, _table_dtype(x.dtype))  # (b|1, s, r/2, 2)
-    return rotate(x, cs[:, None], pairing, out=out)  # cs broadcast over heads
+__all__ = ["RotaryEmbedding"]
 
 
 class RotaryEmbedding(RopeTables):
@@ -155,8 +86,12 @@ class RotaryEmbedding(RopeTables):
         self.head_dim, self.base, self.scaling = int(head_dim), float(base), scaling
         self.rotary_dim = 2 * inv.shape[0]
         self.dynamic = bool(getattr(scaling, "length_dependent", False))
-        # the settings as a value (pickles, means the same in any process): no registry index
-        self._key = settings_key(self.head_dim, self.base, scaling, self.rotary_dim)
+        # a length-dependent scaling's settings as a value (pickles, the same in any process)
+        self._key = (
+            settings_key(self.head_dim, self.base, scaling, self.rotary_dim)
+            if self.dynamic
+            else None
+        )
         self._register_derived()
 
     @classmethod
@@ -215,7 +150,9 @@ class RotaryEmbedding(RopeTables):
         k : torch.Tensor
             Rotated keys.
         """
-        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim)
+        q_positions, k_positions = check_hook(
+            q, k, q_positions, k_positions, head_dim=self.head_dim, stop=self.max_len
+        )
         same = q_positions is k_positions or (
             isinstance(q_positions, range) and q_positions == k_positions
         )
@@ -224,10 +161,10 @@ class RotaryEmbedding(RopeTables):
             length_from = torch.cat(
                 [position_tensor(p, q.device).flatten() for p in (q_positions, k_positions)]
             )
-        cs = self.table(q_positions, q.dtype, length_from=length_from, device=q.device)
+        cs = self._lookup(q_positions, q.dtype, length_from, q.device)  # (b|1, sq, r/2, 2)
         cs_k = cs
         if not same:
-            cs_k = self.table(k_positions, k.dtype, length_from=length_from, device=k.device)
+            cs_k = self._lookup(k_positions, k.dtype, length_from, k.device)
         return rotate_qk(q, k, cs[:, None], cs_k[:, None], self.pairing, inplace=inplace)
 
     def forward(self, q, k, positions=None):

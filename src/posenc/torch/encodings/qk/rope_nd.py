@@ -21,7 +21,8 @@ from posenc.hf import mrope_from_hf
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.checks import check_hook, check_pairing
 from posenc.torch.kernels import cos_sin, rotate_qk
-from posenc.torch.positions import max_position, position_arg
+from posenc.torch.position_values import check_values
+from posenc.torch.positions import position_arg
 
 __all__ = ["AxialRotaryEmbedding", "MRoPE"]
 
@@ -32,14 +33,6 @@ def check_axes(positions, n_axes):
         raise ValueError(
             f"positions must have n_axes={n_axes} coordinates, got shape {tuple(positions.shape)}"
         )
-
-
-def check_max(positions, max_len):
-    """Raise ``ValueError`` if a coordinate is past the table (eager, or a ``range``)."""
-    if isinstance(positions, range) or not torch.compiler.is_compiling():
-        last = max_position(positions)
-        if last >= max_len:
-            raise ValueError(f"positions must be < max_len={max_len}, got {last}")
 
 
 class _GridRotary(PositionalEncoding):
@@ -82,7 +75,12 @@ class _GridRotary(PositionalEncoding):
             ``cs[..., j, :] = [cos, sin](p[axis[j]] * inv_freq[j])``.
         """
         check_axes(positions, self.n_axes)
-        check_max(positions, self.max_len)
+        return self._lookup(check_values("positions", positions, self.max_len), dtype)
+
+    def _lookup(self, positions, dtype, device=None):
+        """:meth:`table` for positions already checked (the hook checks them once)."""
+        if device is not None:  # a hook's input: tables still on meta after a load are built
+            self._materialize(device)
         table = self.cos_sin  # (max_len, r // 2, 2)
         if dtype == torch.float64:  # float64 angles, kept float64
             table = self._cos_sin_now(table.device, torch.float64)
@@ -117,10 +115,13 @@ class _GridRotary(PositionalEncoding):
         k : torch.Tensor
             Rotated keys.
         """
-        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim, axes=self.n_axes)
-        cs_q = self.table(q_positions, q.dtype)  # (b|1, seq_q, r // 2, 2)
+        q_positions, k_positions = check_hook(
+            q, k, q_positions, k_positions, head_dim=self.head_dim, axes=self.n_axes,
+            stop=self.max_len,
+        )  # fmt: skip
+        cs_q = self._lookup(q_positions, q.dtype, q.device)  # (b|1, seq_q, r // 2, 2)
         same = q_positions is k_positions and q.dtype == k.dtype
-        cs_k = cs_q if same else self.table(k_positions, k.dtype)  # (b|1, seq_k, r // 2, 2)
+        cs_k = cs_q if same else self._lookup(k_positions, k.dtype, k.device)  # (b|1, sk, ·)
         # one launch for q and k where the kernel allows it (as RoPE and xPos)
         return rotate_qk(q, k, cs_q[:, None], cs_k[:, None], self.pairing, inplace=inplace)
 

@@ -10,20 +10,21 @@ theirs for each call's length (:mod:`.rope_dynamic`).
 
 from __future__ import annotations
 
+import copy
+import pickle
+import threading
+
 import torch
 
 import posenc
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.qk.rope_dynamic import _table_now
 from posenc.torch.kernels import cos_sin
-from posenc.torch.positions import (
-    checked_positions,
-    max_position,
-    position_tensor,
-    traced,
-)
+from posenc.torch.position_values import check_values, max_position, traced
+from posenc.torch.positions import position_tensor
 
 _FIRST_ROWS = 4096  # rows of the cos/sin table built at construction; it grows on demand
+_GROW = threading.Lock()  # growth is rare: one lock for every table
 
 __all__ = ["RopeTables", "rows_to_build"]
 
@@ -37,6 +38,25 @@ class RopeTables(PositionalEncoding):
 
     _DERIVED = ("inv_freq", "cos_sin")
 
+    def __getstate__(self):
+        """Pickling (``pickle``, ``torch.save``) refuses a scaling pickle cannot carry by name."""
+        if self.scaling is not None:
+            try:
+                pickle.dumps(self.scaling)
+            except Exception as err:
+                raise pickle.PicklingError(
+                    f"{type(self).__name__}'s scaling {type(self.scaling).__qualname__} cannot "
+                    f"be pickled ({err}); give it picklable fields"
+                ) from err
+        return super().__getstate__()
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy keeps what pickle cannot carry (a function is copied by reference)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(super().__getstate__(), memo))
+        return new
+
     def _derived_tensors(self):
         if self.dynamic:
             return {}
@@ -49,16 +69,24 @@ class RopeTables(PositionalEncoding):
 
     def _grow(self, last):
         """Extend the table (eager only) to reach position ``last``: rows are built when
-        first used, not for the whole ``max_len`` (1M positions would be 0.5 GB)."""
-        have = self.cos_sin.shape[0]
-        rows = rows_to_build(have, last, self.max_len)
-        if rows > have:  # a normal tensor even when grown under inference_mode: trains later
+        first used, not for the whole ``max_len`` (1M positions would be 0.5 GB).
+
+        Safe under threads sharing the module: the longer table is built apart from the
+        one readers hold and published in one assignment, under a lock, so a table is
+        never longer than :func:`rows_to_build` asks or missing rows it reports.
+        """
+        if last < self.cos_sin.shape[0]:
+            return
+        with _GROW:  # one grower at a time; readers keep the table they already read
+            old = self.cos_sin
+            rows = rows_to_build(old.shape[0], last, self.max_len)
+            if rows <= old.shape[0]:
+                return  # another thread grew it meanwhile
+            # a normal tensor even when grown under inference_mode: trains later
             with torch.inference_mode(False), torch.no_grad():
-                pos = torch.arange(have, rows, device=self.inv_freq.device)
-                new = cos_sin(
-                    pos, self.inv_freq, self.scale, torch.float32
-                )  # (rows - have, r/2, 2)
-                self.cos_sin = torch.cat([self.cos_sin, new])  # (rows, r // 2, 2)
+                pos = torch.arange(old.shape[0], rows, device=self.inv_freq.device)
+                new = cos_sin(pos, self.inv_freq, self.scale, torch.float32)  # (rows - have, ·)
+                self.cos_sin = torch.cat([old, new])  # (rows, r // 2, 2)
 
     def table(self, positions, dtype=torch.float32, *, length_from=None, device=None):
         """``[cos, sin]`` (times the attention scale) at ``positions``: ``(b|1, seq, r // 2, 2)``.
@@ -66,7 +94,7 @@ class RopeTables(PositionalEncoding):
         Parameters
         ----------
         positions : torch.Tensor or range
-            Int64 ``(b|1, seq)`` or a ``range``.
+            Int64 ``(b|1, seq)`` or a ``range``; ``0 <= p < max_len`` (``ValueError``).
         dtype : torch.dtype
             Dtype of the tensors to rotate; the table is float64 for float64, else float32.
         length_from : torch.Tensor or range, optional
@@ -80,27 +108,25 @@ class RopeTables(PositionalEncoding):
         torch.Tensor
             ``cs`` with ``cs[..., 0] = s cos(p theta_j)`` and ``cs[..., 1] = s sin(p theta_j)``.
         """
-        is_range = isinstance(positions, range)
-        in_op = not is_range and traced(positions)
-        if in_op:  # compiled or vmapped: checked inside an op (no silent wrap-around)
-            positions = checked_positions(positions, self.max_len)
-        else:
-            last = max_position(positions)
-            if last >= self.max_len:
-                raise ValueError(f"positions must be < max_len={self.max_len}, got {last}")
+        positions = check_values("positions", positions, self.max_len)
+        return self._lookup(positions, dtype, length_from, device)
+
+    def _lookup(self, positions, dtype, length_from=None, device=None):
+        """:meth:`table` for positions already checked (the hooks check them once)."""
         device = self._device() if device is None else device
         if self.dynamic:
             length_from = positions if length_from is None else length_from
             return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
         self._materialize(device)
-        if dtype == torch.float64 or in_op or torch.compiler.is_compiling():
+        if dtype == torch.float64 or traced(positions):
             # computed for the positions asked for: float64 angles, rounded once
             inv = self.inv_freq.to(device)
             return cos_sin(position_tensor(positions, device), inv, self.scale, _table_dtype(dtype))
-        self._grow(last)
-        if is_range:  # contiguous positions: a slice of the table, no gather
-            return self.cos_sin[positions.start : positions.stop][None]
-        return self.cos_sin[positions.to(self.cos_sin.device)].to(device)
+        self._grow(max_position(positions))  # eager: the bounds the check remembered
+        table = self.cos_sin  # read once: a thread growing it publishes a new tensor
+        if isinstance(positions, range):  # contiguous positions: a slice of the table
+            return table[positions.start : positions.stop][None]
+        return table[positions.to(table.device)].to(device)
 
     def _device(self):
         return self.inv_freq.device if "inv_freq" in self._buffers else torch.device("cpu")

@@ -15,7 +15,8 @@ from posenc._checks import check_positive
 from posenc.torch.encodings.checks import check_hook
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.kernels import rotate_qk
-from posenc.torch.positions import position_tensor, traced
+from posenc.torch.position_values import bounds, check_values, traced
+from posenc.torch.positions import position_tensor
 
 __all__ = ["XPos"]
 
@@ -104,24 +105,27 @@ class XPos(RotaryEmbedding):
         room = math.log(torch.finfo(dtype).max / _HEADROOM)
         return int(room * self.scale_base / -log_zeta_min)
 
-    def _check_window(self, positions, dtype):
-        pos = positions if isinstance(positions, range) else None
-        if pos is None and traced(positions):  # compiled or vmapped: values out of reach
-            return
-        if pos is None:
-            lo, hi = int(positions.min()), int(positions.max())
-        else:
-            lo, hi = pos.start, pos.stop - 1
-        worst = lo if abs(lo - self.center) >= abs(hi - self.center) else hi
-        if abs(worst - self.center) > self.window(dtype):
-            raise ValueError(
-                f"positions must be within {self.window(dtype)} of the centre {self.center} "
-                f"for xPos in {dtype} (its scales would overflow), got {worst}"
-            )
+    def _check_window(self, name, positions, dtype):
+        """``positions`` after checking they are within :meth:`window` of the centre."""
+        w, c = self.window(dtype), self.center
+        if traced(positions):  # values out of reach: the checking op, with the window
+            why = f"; xPos in {dtype} keeps within {w} of the centre {c}"
+            return check_values(name, positions, c + w + 1, low=max(0, c - w), limit="", why=why)
+        found = (positions.start, positions.stop - 1) if isinstance(positions, range) else None
+        found = bounds(positions) if found is None else found  # remembered: no second read
+        if found is not None:
+            lo, hi = found
+            worst = lo if abs(lo - c) >= abs(hi - c) else hi
+            if abs(worst - c) > w:
+                raise ValueError(
+                    f"positions must be within {w} of the centre {c} for xPos in {dtype} "
+                    f"(its scales would overflow), got {worst}"
+                )
+        return positions
 
-    def _scaled(self, positions, dtype, sign, device):
-        cs = self.table(positions, dtype, device=device)  # checks max_len: (b|1, seq, r/2, 2)
-        self._check_window(positions, dtype)
+    def _scaled(self, name, positions, dtype, sign, device):
+        positions = self._check_window(name, positions, dtype)
+        cs = self._lookup(positions, dtype, device=device)  # (b|1, seq, r/2, 2)
         pos = position_tensor(positions, self.log_zeta.device).to(torch.float64)
         power = sign * (pos[..., None] - self.center) / self.scale_base  # (b|1, seq, 1)
         return cs * torch.exp(power * self.log_zeta).to(cs.dtype)[..., None]
@@ -149,9 +153,11 @@ class XPos(RotaryEmbedding):
         k : torch.Tensor
             Encoded keys.
         """
-        check_hook(q, k, q_positions, k_positions, head_dim=self.head_dim)
-        cs_q = self._scaled(q_positions, q.dtype, +1, q.device)  # (b|1, seq_q, r // 2, 2)
-        cs_k = self._scaled(k_positions, k.dtype, -1, k.device)  # (b|1, seq_k, r // 2, 2)
+        q_positions, k_positions = check_hook(
+            q, k, q_positions, k_positions, head_dim=self.head_dim, stop=self.max_len
+        )
+        cs_q = self._scaled("q_positions", q_positions, q.dtype, +1, q.device)  # (b|1, sq, ·)
+        cs_k = self._scaled("k_positions", k_positions, k.dtype, -1, k.device)  # (b|1, sk, ·)
         return rotate_qk(q, k, cs_q[:, None], cs_k[:, None], self.pairing, inplace=inplace)
 
     @classmethod

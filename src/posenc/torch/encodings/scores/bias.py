@@ -18,6 +18,7 @@ from torch import nn
 import posenc
 from posenc._checks import check_int
 from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.checks import check_score_positions
 from posenc.torch.positions import (
     position_arg,
     position_at,
@@ -106,6 +107,7 @@ class ALiBi(_ScoreBias):
         return {"slopes": torch.from_numpy(posenc.alibi_slopes(self.heads))}  # float64 (h,)
 
     def score_bias(self, q_positions, k_positions, *, out=None):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize(getattr(q_positions, "device", None))  # still meta after a load?
         work = self.work_dtype
         rel = relative_positions(q_positions, k_positions, self.slopes.device).to(work)
@@ -117,6 +119,7 @@ class ALiBi(_ScoreBias):
         return dist[:, None] * neg  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize(getattr(q_positions, "device", None))
         slopes, device = self.slopes.float(), self.slopes.device
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
@@ -195,12 +198,14 @@ class T5RelativeBias(_ScoreBias):
         return self.bucket[key_minus_query.clamp(-md, md) + md]
 
     def score_bias(self, q_positions, k_positions, *, out=None):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize()  # next to the table (meta after load_state_dict(assign=True))
         rel = -relative_positions(q_positions, k_positions, self.bucket.device)  # key - query
         bias = self.weight.to(self.work_dtype)[self._buckets_of(rel)]  # (b|1, sq, sk, heads)
         return bias.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize()
         table, bucket, md = self.weight.float(), self.bucket, self.max_distance
         qpos, kpos = (

@@ -14,6 +14,7 @@ from torch import nn
 
 import posenc
 from posenc._checks import check_int, check_positive
+from posenc.torch.encodings.checks import check_score_positions
 from posenc.torch.encodings.scores.bias import _ScoreBias
 from posenc.torch.positions import position_at, position_tensor, relative_positions
 
@@ -82,12 +83,14 @@ class KERPLE(_ScoreBias):
         return _kerple(self.variant, dist, r1, r2)
 
     def score_bias(self, q_positions, k_positions, *, out=None):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         dist = relative_positions(q_positions, k_positions, self.raw_r1.device).abs()
         dist = dist.to(self.work_dtype)
         r1, r2 = self.r1[:, None, None], self.r2[:, None, None]  # (heads, 1, 1)
         return self._kernel(dist[:, None], r1, r2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         r1, r2, device = self.r1.float(), self.r2.float(), self.raw_r1.device
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
 
@@ -154,6 +157,7 @@ class FIRE(_ScoreBias):
         return c, torch.log1p(c * torch.maximum(query, threshold)) + self.eps
 
     def score_bias(self, q_positions, k_positions, *, out=None):
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         device, work = self.log_c.device, self.work_dtype
         rel = relative_positions(q_positions, k_positions, device).to(work)  # (b|1, sq, sk)
         query = position_tensor(q_positions, device)[:, :, None].to(work)  # i: (b|1, sq, 1)
@@ -179,6 +183,7 @@ class FIRE(_ScoreBias):
         callable
             ``f(score, b, h, q_idx, kv_idx) -> score`` for FlexAttention.
         """
+        q_positions, k_positions = check_score_positions(q_positions, k_positions)
         ranges = isinstance(q_positions, range) and isinstance(k_positions, range)
         if not ranges or not len(q_positions) or torch.compiler.is_compiling():
             return super().score_mod(q_positions, k_positions)
