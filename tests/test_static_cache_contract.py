@@ -107,8 +107,9 @@ def test_every_step_kind_builds_its_indices_on_the_cache_device(monkeypatch, pos
     assert {t.device.type for t in (q_pos, k_pos, q_next, cache._new_slots)} == {"meta"}
 
 
-def test_compiled_branch_refuses_a_step_past_the_end_on_the_device(monkeypatch):
-    # Under torch.compile the full-cache check is a device-side assert (no sync); take that
+def test_compiled_branch_refuses_a_step_past_the_end_through_the_checking_op(monkeypatch):
+    # Under torch.compile the full-cache check is the checking op on the new slots, which the
+    # writes depend on (a ValueError on the CPU, a device assert on CUDA: no sync); take that
     # branch eagerly. A plain call first, so mutmut's stats see this test reach _begin.
     cache = _cache(max_len=4)
     cache._begin(None, None, 2, 1)
@@ -118,9 +119,11 @@ def test_compiled_branch_refuses_a_step_past_the_end_on_the_device(monkeypatch):
     cache._rollback()
     cache._begin(None, None, 2, 3)
     cache._commit()
-    with pytest.raises(RuntimeError) as err:  # 3 + 2 > 4
+    before = cache.keys[0].clone()
+    msg = "cache slots must be < max_len=4, got 4; the StaticKVCache is full (adding 2)"
+    with raises_exactly(msg):  # 3 + 2 > 4
         cache._begin(None, None, 2, 2)
-    assert str(err.value) == "StaticKVCache is full"
+    assert torch.equal(cache.keys[0], before) and int(cache.filled) == 3
 
 
 def test_plain_causal_steps_share_one_key_row_and_leave_masking_to_causality():

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["bounds", "check_values", "checked_positions", "host_read", "max_position", "traced"]
+__all__ = ["bounds", "carry_bounds", "check_values", "checked_positions", "host_read"]
+__all__ += ["known_bounds", "max_position", "remember_bounds", "traced"]
 
 #: Device types whose traced checks assert on the device instead of reading the values back.
 DEVICE_ASSERT = {"cuda"}
@@ -40,20 +41,36 @@ def _version(t):
         return None
 
 
-def remember_bounds(t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """Record that every value of ``t`` is in ``[lo, hi]`` (until ``t`` changes); returns ``t``."""
+def remember_bounds(t: torch.Tensor, lo, hi) -> torch.Tensor:
+    """Record that every value of ``t`` is in ``[lo, hi]`` (until ``t`` changes); returns ``t``.
+
+    Nothing is recorded for unknown bounds (``None``) or while tracing (compiled code reads
+    nothing, so it needs no bounds).
+    """
+    if lo is None or hi is None or torch.compiler.is_compiling():
+        return t
     version = _version(t)
     if version is not None:
         t._posenc_bounds = (version, int(lo), int(hi))
     return t
 
 
-def known_bounds(t: torch.Tensor):
-    """``(lo, hi)`` recorded for ``t``'s current values, or ``None``."""
+def known_bounds(t):
+    """``(lo, hi)`` recorded for ``t``'s current values (a ``range``'s own), or ``None``."""
+    if isinstance(t, range):
+        return (t.start, t.stop - 1) if len(t) else None
+    if torch.compiler.is_compiling():
+        return None
     got = getattr(t, "_posenc_bounds", None)
     if got is not None and got[0] == _version(t):
         return got[1:]
     return None
+
+
+def carry_bounds(src, dst: torch.Tensor) -> torch.Tensor:
+    """``dst`` holds values of ``src`` (moved, widened, sliced): it keeps ``src``'s bounds."""
+    known = known_bounds(src)
+    return dst if known is None else remember_bounds(dst, *known)
 
 
 def bounds(t: torch.Tensor):

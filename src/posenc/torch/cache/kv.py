@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from posenc._checks import check_int
+from posenc.torch.position_values import carry_bounds, known_bounds, remember_bounds
 from posenc.torch.positions import position_arg
 
 __all__ = ["KVCache"]
@@ -108,8 +109,8 @@ class KVCache:
         self.padded = False  # was a padding mask ever given?
         self.contiguous = True  # are the positions 0 .. length - 1 in every row?
         self.valid.fill_(False)
-        self.positions.zero_()
-        self.next_position.zero_()
+        remember_bounds(self.positions.zero_(), 0, 0)  # known on the host: no read later
+        remember_bounds(self.next_position.zero_(), 0, 0)
         self._pending = None
 
     def __len__(self) -> int:
@@ -150,7 +151,11 @@ class KVCache:
         elif default is not None:
             q_pos = default
         else:  # continue every row after its own largest coordinate
-            q_pos = self.next_position + torch.arange(n, device=self.next_position.device)
+            nxt = self.next_position  # (batch, 1)
+            q_pos = nxt + torch.arange(n, device=nxt.device)  # (batch, n)
+            known = known_bounds(nxt)
+            if known is not None:  # the bounds follow from next_position's: nothing to read
+                remember_bounds(q_pos, known[0], known[1] + n - 1)
         return self._grid_positions(q_pos)
 
     def _grid_positions(self, q_pos):
@@ -167,20 +172,27 @@ class KVCache:
         if self.positions.dim() == 2:
             return q_pos
         axes = self.positions.shape[2]
+        given = q_pos
         if isinstance(q_pos, range):
             q_pos = torch.arange(q_pos.start, q_pos.stop, device=self.positions.device)[None]
         if q_pos.dim() == 2:
             q_pos = q_pos[..., None].expand(-1, -1, axes)  # (b|1, n, n_axes)
         if q_pos.shape[2] != axes:
             raise ValueError(f"positions must have n_axes={axes} (the cache's), got {q_pos.shape}")
-        return q_pos
+        return carry_bounds(given, q_pos)
 
     def _keep_positions(self, positions):
         """Replace the stored positions (a grid step widened them)."""
         self.positions = positions
 
     def _next_after(self, q_pos):
-        """:attr:`next_position` once ``q_pos`` is stored: the running maximum, plus one."""
+        """:attr:`next_position` once ``q_pos`` is stored (the running maximum, plus one) and
+        its largest value where the host knows it (else ``None``)."""
+        prev, new = known_bounds(self.next_position), known_bounds(q_pos)
+        hi = None if prev is None or new is None else max(prev[1], new[1] + 1)
+        return self._next_tensor(q_pos), hi
+
+    def _next_tensor(self, q_pos):
         if isinstance(q_pos, range):  # its largest value is known: no tensor to read
             return self.next_position.clamp(min=q_pos.stop) if len(q_pos) else self.next_position
         if not q_pos.numel():
@@ -204,6 +216,7 @@ class KVCache:
                 f"cache is full: max_len={self.max_len}, holds {start} tokens, got {n} more"
             )
         saved = (self.length, self.padded, self.contiguous)
+        stored = known_bounds(self.positions)  # before this step writes into them
         q_pos = self._new_positions(
             positions, batch, n, range(start, stop) if self.contiguous else None
         )
@@ -221,15 +234,18 @@ class KVCache:
             self.valid[:, start:stop] = padding_mask.to(self.valid.device)
             self.padded = True
         self.length = stop
-        self._pending = (saved, self._next_after(q_pos))  # until the step commits
-        k_pos = range(stop) if self.contiguous else self.positions[:, :stop]
+        self._pending = (saved, *self._next_after(q_pos))  # until the step commits
+        hi = _joined(stored, known_bounds(q_pos))
+        remember_bounds(self.positions, 0, hi)  # what the host knows of every stored position
+        k_pos = range(stop) if self.contiguous else remember_bounds(self.positions[:, :stop], 0, hi)
         key_valid = self.valid[:, :stop] if self.padded else None
         return start, q_pos, k_pos, key_valid
 
     def _commit(self):
         """The step that called ``_begin`` finished: keep what it wrote."""
         if self._pending is not None:
-            self.next_position.copy_(self._pending[1])
+            _, nxt, hi = self._pending
+            remember_bounds(self.next_position.copy_(nxt), 0, hi)
         self._pending = None
 
     def _rollback(self):
@@ -263,3 +279,8 @@ class KVCache:
                 f"keys must have shape (batch, kv_heads, n, key_dim) = "
                 f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
             )
+
+
+def _joined(stored, new):
+    """The largest position once ``new`` joins ``stored`` (bounds or ``None``: unknown)."""
+    return None if stored is None or new is None else max(stored[1], new[1])

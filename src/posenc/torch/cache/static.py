@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from posenc.torch.cache.kv import KVCache
+from posenc.torch.cache.kv import KVCache, _joined
+from posenc.torch.position_values import (
+    bounds,
+    carry_bounds,
+    checked_positions,
+    known_bounds,
+    remember_bounds,
+)
 
 __all__ = ["StaticKVCache"]
 
@@ -65,13 +72,14 @@ class StaticKVCache(KVCache):
     def reset(self) -> None:
         """Empty the cache (the buffers are kept, in place)."""
         super().reset()
-        self.filled.zero_()
+        remember_bounds(self.filled.zero_(), 0, 0)
         self.per_row = False  # were positions or padding ever given (rows may differ)?
 
     @property
     def length(self) -> int:
-        """Number of filled slots (reads the tensor: eager mode only)."""
-        return int(self.filled)
+        """Number of filled slots (eager mode: known on the host, else read once)."""
+        known = known_bounds(self.filled)
+        return known[0] if known is not None else bounds(self.filled)[0]
 
     @length.setter
     def length(self, value) -> None:  # KVCache.reset assigns 0
@@ -82,6 +90,27 @@ class StaticKVCache(KVCache):
         """Replace the stored positions (a first grid step widened them): a static address."""
         self.positions = positions
         torch._dynamo.mark_static_address(positions)
+
+    def _slots(self, n):
+        """Slots ``filled .. filled + n - 1`` of ``n`` new tokens, checked against ``max_len``.
+
+        Eager: the count is known on the host (or read once), so the slots and their bounds
+        are too, and a full cache raises ``ValueError``. Compiled: the check is the checking
+        op on the slots, which every write depends on, so it runs before them (on CUDA an
+        assert on the device: no sync, and no write past the buffer).
+        """
+        start = self.filled
+        if torch.compiler.is_compiling():
+            slots = start + torch.arange(n, device=start.device)  # (n,)
+            why = f"; the StaticKVCache is full (adding {n})"
+            return checked_positions(slots, 0, self.max_len, "cache slots", "max_len", why)
+        have = self.length  # a host int: remembered after each eager step
+        if have + n > self.max_len:
+            raise ValueError(
+                f"cache is full: max_len={self.max_len}, holds {have} tokens, got {n} more"
+            )
+        slots = torch.arange(have, have + n, device=start.device)  # (n,)
+        return remember_bounds(slots, have, have + n - 1)
 
     def _begin(self, positions, padding_mask, batch, n):
         """Record ``n`` new tokens at slots ``filled .. filled + n - 1`` (not yet counted).
@@ -95,39 +124,38 @@ class StaticKVCache(KVCache):
         self._check_batch(batch)
         start = self.filled
         stop = start + n
-        if not torch.compiler.is_compiling():
-            if int(stop) > self.max_len:
-                raise ValueError(
-                    f"cache is full: max_len={self.max_len}, holds {int(start)} tokens, "
-                    f"got {n} more"
-                )
-        else:  # a device-side check: no sync, so CUDA graphs can replay it
-            torch._assert_async(stop <= self.max_len, "StaticKVCache is full")
-        new = start + torch.arange(n, device=start.device)  # slots of the new tokens (n,)
+        new = self._slots(n)  # (n,)
         if positions is not None or padding_mask is not None:
             self.per_row = True
-        q_pos = self._new_positions(positions, batch, n, None if self.per_row else new[None])
+        default = None if self.per_row else carry_bounds(new, new[None])  # position == slot
+        stored = known_bounds(self.positions)  # before this step writes into them
+        q_pos = self._new_positions(positions, batch, n, default)
         if isinstance(q_pos, range):
-            q_pos = torch.arange(q_pos.start, q_pos.stop, device=start.device)[None]
-        q_pos = q_pos.to(self.positions.device)  # (b|1, n) or (b|1, n, n_axes)
+            q_pos = carry_bounds(
+                q_pos, torch.arange(q_pos.start, q_pos.stop, device=new.device)[None]
+            )
+        q_pos = carry_bounds(q_pos, q_pos.to(self.positions.device))  # (b|1, n[, n_axes])
         self.positions.index_copy_(1, new, q_pos.expand(batch, *q_pos.shape[1:]))
         real = torch.ones(batch, n, dtype=torch.bool, device=self.valid.device)
         mask = real if padding_mask is None else padding_mask.to(self.valid.device)
         self.valid.index_copy_(1, new, mask)  # (batch, max_len)
-        self._pending = (n, self._next_after(q_pos))
+        self._pending = (n, *self._next_after(q_pos), known_bounds(new))
+        hi = _joined(stored, known_bounds(q_pos))
+        remember_bounds(self.positions, 0, hi)  # what the host knows of every stored position
         if self.per_row:
             k_pos, key_valid = self.positions, self.valid & (self.slots < stop)  # (b, max_len)
-        else:
-            k_pos, key_valid = self.positions[:1], None  # (1, max_len): causal hides the rest
+        else:  # (1, max_len): causal hides the rest
+            k_pos, key_valid = remember_bounds(self.positions[:1], 0, hi), None
         self._new_slots = new
         return start, q_pos, k_pos, key_valid
 
     def _commit(self):
         """The step finished: count its tokens."""
         if self._pending is not None:
-            n, nxt = self._pending
-            self.next_position.copy_(nxt.expand_as(self.next_position))
-            self.filled.add_(n)
+            n, nxt, hi, slots = self._pending
+            remember_bounds(self.next_position.copy_(nxt.expand_as(self.next_position)), 0, hi)
+            filled = None if slots is None else slots[1] + 1  # the count, known on the host
+            remember_bounds(self.filled.add_(n), filled, filled)
         self._pending = None
 
     def _rollback(self):

@@ -45,7 +45,7 @@ class PositionalEncoding(DerivedState):
     cache may store keys after ``encode_qk``).
 
     Tables computed from the constructor arguments (cos/sin tables, slopes) are derived
-    state, declared as :class:`~.derived.DerivedState` describes.
+    state, declared as ``DerivedState`` (in ``posenc.torch.encodings.derived``) describes.
     """
 
     #: Whether a KV cache may keep keys *after* :meth:`encode_qk`. ``False`` for encodings
