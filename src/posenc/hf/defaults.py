@@ -63,3 +63,11 @@ CLASS_HEAD_DIM = {
     **dict.fromkeys(("musicflamingo",), 1280),
 }  # fmt: skip
 WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+# M-RoPE as the model's rotary class fixes it, whatever the config says: model type ->
+# (interleaved sections, the class's default mrope_section); tests/test_from_hf_mrope.py
+# checks each against transformers' own rotary class and apply function
+_QWEN2_VL, _QWEN3_VL = (False, (16, 24, 24)), (True, (24, 20, 20))
+MROPE_CLASS = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"), _QWEN2_VL),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text"), _QWEN3_VL),
+}

@@ -124,6 +124,13 @@ def from_hf(config):
         if model_type == "phimoe":  # PhimoeRotaryEmbedding (5.23.0): its own scales, and the
             # rates of its rope init without a length, i.e. the short factors at every length
             mscales = {k: read.need(params, k, rope_type) for k in ("short_mscale", "long_mscale")}
+            # it switches scales past rope_parameters' original length: a top-level key is
+            # overwritten there (PhimoeConfig declares none), so max_position_embeddings
+            original = check_int(
+                "original_max_position_embeddings",
+                params.get("original_max_position_embeddings", max_pos),
+                minimum=1,
+            )
         scaling = LongRoPE(
             short,
             short if mscales else read.need(params, "long_factor", rope_type),

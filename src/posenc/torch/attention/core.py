@@ -29,6 +29,7 @@ from posenc.torch.positions import position_arg
 __all__ = ["attend", "plan", "Step"]
 
 BACKENDS = ("auto", "sdpa", "flex")
+FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _run(q, k, v, step, scale):
@@ -124,6 +125,9 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
          cache=None, start=0, full_kv=False) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers."""
     backend = resolve_backend(backend, encoding, device)
+    if backend == "flex" and dtype not in FLEX_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in FLEX_DTYPES)
+        raise ValueError(f"backend='flex' takes {names} (FlexAttention's kernels), got {dtype}")
     step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
     if backend == "sdpa":
         try:

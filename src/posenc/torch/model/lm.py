@@ -211,6 +211,10 @@ class TransformerLM(nn.Module):
             Shape ``(batch, seq + max_new_tokens)``.
         """
         check_int("max_new_tokens", max_new_tokens, minimum=0)
+        if idx.dim() != 2 or (max_new_tokens and idx.shape[1] == 0):
+            raise ValueError(
+                f"idx must be a (batch, seq) prompt of at least one token, got {tuple(idx.shape)}"
+            )
         b, n = idx.shape
         positions = None
         if padding_mask is not None:
