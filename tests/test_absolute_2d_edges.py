@@ -49,7 +49,8 @@ def test_default_max_len_is_1024():
     assert pe.max_len == 1024 and pe.base == 10_000.0
     assert pe.table.shape == (1024, 2)
     pe(_zeros(1, 1, 4), torch.tensor([[[1023, 1023]]]))  # the last row and column fit
-    with pytest.raises(ValueError, match=r"^positions must be < max_len=1024, got 1024$"):
+    hint = "; build the encoding with a larger max_len"  # as the 1-D tables say
+    with pytest.raises(ValueError, match=rf"^positions must be < max_len=1024, got 1024{hint}$"):
         pe(_zeros(1, 1, 4), torch.tensor([[[0, 1024]]]))
 
 

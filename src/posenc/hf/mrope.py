@@ -45,10 +45,10 @@ def mrope_from_hf(config):
     layout = MROPE_CLASS.get(model_type)  # what the model's rotary class does
     section = params.get("mrope_section") or (layout and layout[1])
     if kind not in ("default", "mrope") or not section:
-        raise ValueError(
-            f"config must give an unscaled rope with mrope_section (model_type={model_type!r} "
-            f"has no class default posenc knows), got {params}"
-        )
+        why = "" if kind not in ("default", "mrope") or layout else (
+            f" (model_type={model_type!r} has no class default posenc knows)"
+        )  # fmt: skip
+        raise ValueError(f"config must give an unscaled rope with mrope_section{why}, got {params}")
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     # the model's code decides the layout where it fixes one; else the config's key does
     interleaved = layout[0] if layout else bool(params.get("mrope_interleaved", False))

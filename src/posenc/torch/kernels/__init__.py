@@ -62,13 +62,15 @@ def _triton_fits(x) -> bool:
     return (x.device.type == "cuda" or interpreted) and _triton_ok()
 
 
-def mode(x) -> str:
-    """``"functorch"``, ``"compile"``, ``"autograd"`` or ``"plain"`` for a call on ``x``."""
+def mode(x, cs=None) -> str:
+    """``"functorch"``, ``"compile"``, ``"autograd"`` or ``"plain"`` for a call on ``x``
+    (rotated by the table ``cs``: a table batched by ``vmap`` over positions counts too)."""
     if torch.compiler.is_compiling():  # first: dynamo cannot trace the functorch query
         return "compile"
-    if torch._C._functorch.is_functorch_wrapped_tensor(x):
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    if wrapped(x) or (cs is not None and wrapped(cs)):
         return "functorch"
-    if torch.is_grad_enabled() and x.requires_grad:
+    if torch.is_grad_enabled() and (x.requires_grad or (cs is not None and cs.requires_grad)):
         return "autograd"
     return "plain"
 
@@ -161,7 +163,7 @@ def rotate(x, cs, pairing, *, out=None, inplace=False, impl=None):
     it), or ``x`` itself when ``inplace`` (plain eager inference only; otherwise a new
     tensor). ``impl`` forces an implementation (see :func:`choose`).
     """
-    m = mode(x)
+    m = mode(x, cs)
     return _rotate(x, cs, pairing, out, inplace, _choose(x, impl, m), m)
 
 
@@ -191,7 +193,7 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     ``out``: ``(q_out, k_out)`` or None. Returns the rotated ``(q, k)``.
     """
     q_out, k_out = (None, None) if out is None else out
-    mq, mk = mode(q), mode(k)
+    mq, mk = mode(q, cs_q), mode(k, cs_k)
     impl_q, impl_k = _choose(q, impl, mq), _choose(k, impl, mk)
     fused = (
         impl_q == impl_k == "triton"

@@ -86,7 +86,8 @@ class SinusoidalEncoding2D(PositionalEncoding):
             )
         check_float("x", x)
         positions = position_arg(positions, x.shape[0], x.shape[1], axes=2)
-        positions = check_values("positions", positions, self.max_len)
+        hint = "; build the encoding with a larger max_len"
+        positions = check_values("positions", positions, self.max_len, why=hint)
         self._materialize(x.device)  # still on meta after load_state_dict(assign=True)?
         table = self.table  # (max_len, dim // 2)
         if isinstance(positions, range):
