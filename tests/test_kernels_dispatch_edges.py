@@ -41,7 +41,7 @@ def _ref(x, pairing):
 
 
 def _spy(monkeypatch, name):
-    """Count the calls of kernels.<name> (rotate_eager, rotate_expr or _triton)."""
+    """Count the calls of kernels.<name> (rotate_eager, rotate_expr, _triton, _triton_ops)."""
     calls, real = [], getattr(kernels, name)
     monkeypatch.setattr(kernels, name, lambda *a: calls.append(1) or real(*a))
     return calls
@@ -170,11 +170,12 @@ def test_recorded_calls_refuse_out_and_ignore_inplace():
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 def test_triton_rotates_one_tensor_forward_and_backward(monkeypatch, pairing, grad):
-    calls = _spy(monkeypatch, "_triton")  # the kernel module is asked for: Triton runs
+    # the kernel module (plain) or its custom ops (autograd) are asked for: Triton runs
+    launched, ops = _spy(monkeypatch, "_triton"), _spy(monkeypatch, "_triton_ops")
     x, cs = _x(torch.float32).requires_grad_(grad), _cs()
     with kernels.use("triton"):
         y = kernels.rotate(x, cs, pairing)
-    assert len(calls) == 1
+    assert (len(launched), len(ops)) == ((0, 1) if grad else (1, 0))
     torch.testing.assert_close(y.detach().double(), _ref(x.detach(), pairing), rtol=0, atol=2e-6)
     if grad:  # the backward is the inverse rotation: rotate by -theta (cs with -sin)
         g = _x(torch.float32, seed=1)

@@ -82,6 +82,25 @@ def test_forward_matches_numpy(pairing, dtype, rotary_dim, per_row, where):
     _check(kr, _ref(k0, pos, **kw), dtype)
 
 
+@pytest.mark.parametrize("positions", ["range", "per-token"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_sixteen_bit_outputs_are_the_float32_rotation_rounded_once_to_nearest(
+    pairing, dtype, positions
+):
+    # bit for bit: float32 products and sums, unfused, then one round-to-nearest-even (the
+    # interpreter's own bf16 conversion truncates: the kernel rounds in integers)
+    rot = RotaryEmbedding(64, pairing=pairing, rotary_dim=48, max_len=512)
+    q, k = (t.to(DEV, dtype) for t in (torch.randn(2, 4, 100, 64), torch.randn(2, 2, 100, 64)))
+    pos = torch.randint(0, 512, (2, 100)) if positions == "per-token" else range(300, 400)
+    with torch.no_grad(), kernels.use("triton"):
+        got = rot.encode_qk(q, k, pos, pos)
+    cs = rot.table(pos)[:, None].to(DEV)  # float32 [cos, sin]
+    for g, x in zip(got, (q, k), strict=True):
+        want = kernels.rope_eager.rotate_expr(x.float(), cs, pairing).to(dtype)
+        assert torch.equal(g, want)
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_q_and_k_in_one_launch(grad, monkeypatch):
     from posenc.torch.kernels import rope_triton

@@ -27,12 +27,14 @@ import contextlib
 import importlib.util
 import os
 import threading
+from typing import NamedTuple
 
 import torch
 
 from posenc.torch.kernels.rope_eager import check_out, cos_sin, rotate_eager, rotate_expr
 
-__all__ = ["TABLE", "choose", "lookup", "cos_sin", "needs_expr", "rotate", "rotate_qk", "use"]
+__all__ = ["TABLE", "TableRows", "choose", "lookup", "cos_sin", "needs_expr", "rotate", "rotate_qk"]
+__all__ += ["use"]
 
 IMPLS = ("expr", "eager", "triton")
 
@@ -62,9 +64,48 @@ def _triton_fits(x) -> bool:
     return (x.device.type == "cuda" or interpreted) and _triton_ok()
 
 
+class TableRows(NamedTuple):
+    """The rows of a whole ``[cos, sin]`` table at ``positions``, not yet gathered.
+
+    ``table``: ``(rows, r // 2, 2)`` float32, a module's derived table; ``positions``: a
+    ``range`` or int64 ``(batch|1, seq)``. The Triton kernel indexes the table itself;
+    every other kernel gets the rows gathered (:meth:`gather`).
+    """
+
+    table: torch.Tensor
+    positions: object
+
+    def gather(self, device=None) -> torch.Tensor:
+        """The rows ``(batch|1, seq, r // 2, 2)`` (a slice for a ``range``), on ``device``."""
+        t, p = self.table, self.positions
+        rows = t[p.start : p.stop][None] if isinstance(p, range) else t[p.to(t.device)]
+        return rows.to(t.device if device is None else device)
+
+
+def _table_of(cs):
+    return cs.table if isinstance(cs, TableRows) else cs
+
+
+def _per_head(cs) -> bool:
+    """Do the rows of ``cs`` differ between heads (the Triton kernel shares them)?"""
+    return not isinstance(cs, TableRows) and cs.dim() >= 4 and cs.shape[-4] != 1
+
+
+def _for(cs, x, impl, m):
+    """``cs`` as implementation ``impl`` takes it: the Triton kernel in plain inference
+    indexes a table by tensor positions itself; every other path gets the rows gathered."""
+    if not isinstance(cs, TableRows):
+        return cs
+    tensor_positions = not isinstance(cs.positions, range)
+    if impl == "triton" and m == "plain" and tensor_positions and cs.table.device == x.device:
+        return cs.table, cs.positions.to(x.device)
+    return cs.gather(x.device)[:, None]  # (b|1, 1, seq, r // 2, 2): shared by the heads
+
+
 def mode(x, cs=None) -> str:
     """``"functorch"``, ``"compile"``, ``"autograd"`` or ``"plain"`` for a call on ``x``
     (rotated by the table ``cs``: a table batched by ``vmap`` over positions counts too)."""
+    cs = _table_of(cs)
     if torch.compiler.is_compiling():  # first: dynamo cannot trace the functorch query
         return "compile"
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
@@ -98,8 +139,19 @@ def choose(x, impl=None) -> str:
     return _choose(x, impl, mode(x))
 
 
-def _choose(x, impl, m):
-    impl = getattr(_FORCED, "impl", None) if impl is None else impl
+def _choose(x, impl, m, cs=None):
+    forced = getattr(_FORCED, "impl", None) if impl is None else impl
+    chosen = _choose_impl(x, forced, m)
+    if chosen == "triton" and cs is not None and _per_head(cs):  # its rows serve every head
+        if forced is not None:
+            raise ValueError("impl='triton' needs [cos, sin] rows shared by the heads")
+        chosen = _FALLBACK[m]
+    return chosen
+
+
+def _choose_impl(x, impl, m):
+    """The implementation for mode ``m``: ``impl`` if it fits (else ``ValueError``), or the
+    table's."""
     if impl is not None:
         why = None
         if impl not in IMPLS:
@@ -151,6 +203,12 @@ def _triton():
     return rope_triton
 
 
+def _triton_ops():
+    from posenc.torch.kernels import rope_triton_ops  # the custom ops: autograd, compile
+
+    return rope_triton_ops
+
+
 def _dst(x, out, inplace):
     return x if inplace else torch.empty_like(x) if out is None else check_out(x, out)
 
@@ -164,7 +222,7 @@ def rotate(x, cs, pairing, *, out=None, inplace=False, impl=None):
     tensor). ``impl`` forces an implementation (see :func:`choose`).
     """
     m = mode(x, cs)
-    return _rotate(x, cs, pairing, out, inplace, _choose(x, impl, m), m)
+    return _rotate(x, cs, pairing, out, inplace, _choose(x, impl, m, cs), m)
 
 
 def _rotate(x, cs, pairing, out, inplace, impl, m):
@@ -176,11 +234,12 @@ def _rotate(x, cs, pairing, out, inplace, impl, m):
                 "(use torch.no_grad() and no transform, or drop out=)"
             )
         inplace = False
+    cs = _for(cs, x, impl, m)
     if impl == "eager":
         return rotate_eager(x, cs, pairing, _dst(x, out, inplace))
     if impl == "triton":
         if m != "plain":
-            return _triton().rope(x, cs, pairing == "interleaved", False)
+            return _triton_ops().rope(x, cs, pairing == "interleaved", False)
         dst = _dst(x, out, inplace)
         return _triton().launch([(x, cs, dst)], pairing == "interleaved")[0]
     res = rotate_expr(x, cs, pairing)
@@ -194,7 +253,7 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     """
     q_out, k_out = (None, None) if out is None else out
     mq, mk = mode(q, cs_q), mode(k, cs_k)
-    impl_q, impl_k = _choose(q, impl, mq), _choose(k, impl, mk)
+    impl_q, impl_k = _choose(q, impl, mq, cs_q), _choose(k, impl, mk, cs_k)
     fused = (
         impl_q == impl_k == "triton"
         and mq == mk
@@ -202,7 +261,7 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
         and q.device == k.device
         and q.shape[0] == k.shape[0]
         and q.shape[-1] == k.shape[-1]
-        and cs_q.shape[-2] == cs_k.shape[-2]
+        and _table_of(cs_q).shape[-2] == _table_of(cs_k).shape[-2]
     )
     if not fused:
         return (
@@ -210,9 +269,10 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
             _rotate(k, cs_k, pairing, k_out, inplace, impl_k, mk),
         )
     interleaved = pairing == "interleaved"
+    cs_q, cs_k = _for(cs_q, q, impl_q, mq), _for(cs_k, k, impl_k, mk)
     if mq != "plain":
         if out is not None:
             _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq)  # raises the out= error
-        return _triton().rope_qk(q, k, cs_q, cs_k, interleaved, False)
+        return _triton_ops().rope_qk(q, k, cs_q, cs_k, interleaved, False)
     pairs = [(q, cs_q, _dst(q, q_out, inplace)), (k, cs_k, _dst(k, k_out, inplace))]
     return _triton().launch(pairs, interleaved)

@@ -1,4 +1,4 @@
-"""RoPE as one Triton kernel: q and k in one launch, float32 math, one rounding.
+"""RoPE as one Triton kernel: q and k in one launch, heads sharing their table, one rounding.
 
 Imports :mod:`triton`, so it is imported only when the dispatch in
 :mod:`posenc.torch.kernels` first picks it (``import posenc.torch`` never needs triton).
@@ -7,98 +7,144 @@ On CUDA it compiles for the GPU; with ``TRITON_INTERPRET=1`` it runs on CPU tens
 
 Layers, bottom up:
 
-* ``_rope_fwd``: the kernel. A program rotates ``BLOCK_S`` rows (positions) of one
-  ``(batch, head)`` of q or of k: program ids past q's heads are k's. Every stride of the
-  input, the output and the ``[cos, sin]`` table is passed, so strided views (q and k
-  sliced out of a fused qkv projection, a table broadcast over heads with stride 0) need no
-  copy; offsets are 64-bit. Values are loaded as float32, rotated and stored once in the
-  output's dtype. ``CONJUGATE`` negates sin: the rotation by ``-theta``, i.e. the backward.
-* ``launch``: checks nothing the callers have not, expands the tables, picks block sizes
-  and launches once for one or two tensors; ``out`` may be the input itself (in place).
-* ``rope`` / ``rope_qk``: ``torch.library`` custom ops (new outputs) with autograd (the
-  gradient is the same kernel with ``conjugate`` flipped) and fake tensors, so autograd and
-  ``torch.compile`` go through the same kernel (the compiler treats it as opaque).
+* ``_rope_fwd``: the kernel. A program rotates ``BLOCK_S`` rows (positions) of up to
+  ``HEADS`` heads of one batch row, of q or of k (program ids past q's head groups are
+  k's). It loads the rows' ``[cos, sin]`` once, in float32, and reuses them for its
+  heads: the table's bytes are paid once per head group, not once per head, so the bytes
+  issued stay near the copy bound (q and k read and written once). The table is either
+  gathered (``(b, s, r // 2, 2)``, any strides) or the whole derived table indexed
+  inside the kernel by per-token positions (no gather on the host). Every stride of
+  the inputs and outputs is passed, so strided views (q and k sliced out of a fused qkv
+  projection) need no copy; offsets are 64-bit. ``CONJUGATE`` negates sin: the rotation
+  by ``-theta``, i.e. the backward. Results are rounded once, to nearest even.
+* ``plan`` / ``launch``: block sizes, head groups and the grid for one or two tensors
+  (``plan`` also counts the bytes the programs issue); ``out`` may be the input itself
+  (in place); launched under the tensors' own CUDA device.
+* the custom ops of :mod:`.rope_triton_ops` (autograd, ``torch.compile``) call
+  :func:`launch`.
 """
 
 from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-_TILE = 4096  # elements of x per program (rows x pairs x 2)
+_TILE = 4096  # elements of one head per program (rows x pairs x 2)
+HEADS = 8  # heads per program at most: one table read serves them
 
 
 @triton.jit
-def _rotate_rows(
-    X, CS, OUT,  # x, out: (b, h, s, d); cs: (b, h, s, r // 2, 2), (r // 2, 2) contiguous
-    sxb, sxh, sxs, sxd,
-    sob, sobh, sos, sod,
-    scb, sch, scs,
-    b, head, s0, seq,
+def _rotate_group(
+    X, OUT, CS, P,
+    sxb, sxh, sxs, sxd, sob, soh, sos, sod, scb, scs, spb, sps,
+    b, group, s0, seq, heads,
     HALF: tl.constexpr, TAIL: tl.constexpr, INTERLEAVED: tl.constexpr,
-    CONJUGATE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_T: tl.constexpr,
+    CONJUGATE: tl.constexpr, INDEXED: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, HEADS_PER: tl.constexpr,
 ):  # fmt: skip
     rows = s0 + tl.arange(0, BLOCK_S).to(tl.int64)[:, None]  # (BLOCK_S, 1)
+    live = rows < seq
+    if INDEXED:  # the table row of each token is its position, read here (no host gather)
+        trow = tl.load(P + b * spb + rows * sps, mask=live, other=0)  # (BLOCK_S, 1) int64
+    else:
+        trow = rows
     e = tl.arange(0, 2 * BLOCK_H).to(tl.int64)[None, :]  # (1, 2 BLOCK_H): a row's 2h entries
-    emask = (rows < seq) & (e < 2 * HALF)  # (BLOCK_S, 2 BLOCK_H)
-    # the table's rows are [cos_0, sin_0, cos_1, ...]: one contiguous load, split in registers
-    cs = tl.load(CS + b * scb + head * sch + rows * scs + e, mask=emask, other=0.0)
-    cos, sin = tl.split(tl.reshape(cs.to(tl.float32), (BLOCK_S, BLOCK_H, 2)))  # (BLOCK_S, BLOCK_H)
+    emask = live & (e < 2 * HALF)  # (BLOCK_S, 2 BLOCK_H)
+    # [cos_0, sin_0, cos_1, ...]: one contiguous load per row, split in registers, shared
+    # by every head of the group
+    cs = tl.load(CS + b * scb + trow * scs + e, mask=emask, other=0.0).to(tl.float32)
+    cos, sin = tl.split(tl.reshape(cs, (BLOCK_S, BLOCK_H, 2)))  # (BLOCK_S, BLOCK_H) each
     if CONJUGATE:
         sin = -sin
-    x_at = X + b * sxb + head * sxh + rows * sxs
-    o_at = OUT + b * sob + head * sobh + rows * sos
-    if INTERLEAVED:  # pairs are adjacent: load whole rows, split in registers
-        x = tl.load(x_at + e * sxd, mask=emask, other=0.0).to(tl.float32)
-        x1, x2 = tl.split(tl.reshape(x, (BLOCK_S, BLOCK_H, 2)))  # (BLOCK_S, BLOCK_H) each
-    else:  # pairs are (j, j + HALF): the two halves
-        j = tl.arange(0, BLOCK_H).to(tl.int64)[None, :]  # (1, BLOCK_H)
-        mask = (rows < seq) & (j < HALF)  # (BLOCK_S, BLOCK_H)
-        x1 = tl.load(x_at + j * sxd, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_at + (j + HALF) * sxd, mask=mask, other=0.0).to(tl.float32)
-    o1 = x1 * cos - x2 * sin
-    o2 = x2 * cos + x1 * sin
-    if INTERLEAVED:
-        o = tl.reshape(tl.join(o1, o2), (BLOCK_S, 2 * BLOCK_H))  # (BLOCK_S, 2 BLOCK_H)
-        tl.store(o_at + e * sod, o.to(OUT.dtype.element_ty), mask=emask)  # the one rounding
-    else:
-        tl.store(o_at + j * sod, o1.to(OUT.dtype.element_ty), mask=mask)  # the one rounding
-        tl.store(o_at + (j + HALF) * sod, o2.to(OUT.dtype.element_ty), mask=mask)
-    if TAIL > 0:  # partial rotary, new output: the dims past 2 * HALF pass through
-        t = 2 * HALF + tl.arange(0, BLOCK_T).to(tl.int64)[None, :]  # (1, BLOCK_T)
-        tmask = (rows < seq) & (t < 2 * HALF + TAIL)
-        tail = tl.load(x_at + t * sxd, mask=tmask, other=0.0)
-        tl.store(o_at + t * sod, tail, mask=tmask)
+    j = tl.arange(0, BLOCK_H).to(tl.int64)[None, :]  # (1, BLOCK_H)
+    jmask = live & (j < HALF)
+    t = 2 * HALF + tl.arange(0, BLOCK_T).to(tl.int64)[None, :]  # (1, BLOCK_T): the tail
+    tmask = live & (t < 2 * HALF + TAIL)
+    for i in range(HEADS_PER):
+        head = group * HEADS_PER + i
+        if head < heads:
+            x_at = X + b * sxb + head * sxh + rows * sxs
+            o_at = OUT + b * sob + head * soh + rows * sos
+            if INTERLEAVED:  # pairs are adjacent: whole rows, split in registers
+                x = tl.load(x_at + e * sxd, mask=emask, other=0.0).to(tl.float32)
+                x1, x2 = tl.split(tl.reshape(x, (BLOCK_S, BLOCK_H, 2)))
+            else:  # pairs are (j, j + HALF): the two halves
+                x1 = tl.load(x_at + j * sxd, mask=jmask, other=0.0).to(tl.float32)
+                x2 = tl.load(x_at + (j + HALF) * sxd, mask=jmask, other=0.0).to(tl.float32)
+            o1 = x1 * cos - x2 * sin
+            o2 = x2 * cos + x1 * sin
+            ty = OUT.dtype.element_ty
+            if INTERLEAVED:
+                o = tl.reshape(tl.join(o1, o2), (BLOCK_S, 2 * BLOCK_H))
+                tl.store(o_at + e * sod, _round(o, ty), mask=emask)  # the one rounding
+            else:
+                tl.store(o_at + j * sod, _round(o1, ty), mask=jmask)  # the one rounding
+                tl.store(o_at + (j + HALF) * sod, _round(o2, ty), mask=jmask)
+            if TAIL > 0:  # partial rotary, new output: the dims past 2 * HALF pass through
+                tl.store(o_at + t * sod, tl.load(x_at + t * sxd, mask=tmask), mask=tmask)
+
+
+@triton.jit
+def _round(x, ty):
+    """float32 -> the output's dtype, to nearest (ties to even), on a GPU and interpreted.
+
+    bfloat16 is rounded in integers (the interpreter's own conversion truncates, even when
+    asked for "rtne"); float16 by Triton's conversion, which rounds to nearest on both.
+    """
+    if ty == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        up = bits + 0x7FFF + ((bits >> 16) & 1)  # half an ulp of bf16, ties to even
+        y = (up >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        return tl.where(x == x, y, x.to(tl.bfloat16))  # a NaN stays a NaN
+    return x.to(ty)
 
 
 @triton.jit
 def _rope_fwd(
-    Q, CSQ, QO, K, CSK, KO,
-    sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod, scqb, scqh, scqs,
-    skb, skh, sks, skd, skob, skoh, skos, skod, sckb, sckh, scks,
-    q_heads, q_seq, k_seq,
+    Q, QO, CSQ, PQ, K, KO, CSK, PK,
+    sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod, scqb, scqs, spqb, spqs,
+    skb, skh, sks, skd, skob, skoh, skos, skod, sckb, scks, spkb, spks,
+    q_heads, k_heads, q_groups, q_seq, k_seq,
     HALF: tl.constexpr, TAIL: tl.constexpr, INTERLEAVED: tl.constexpr,
-    CONJUGATE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_T: tl.constexpr,
+    CONJUGATE: tl.constexpr, Q_INDEXED: tl.constexpr, K_INDEXED: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+    HEADS_PER: tl.constexpr,
 ):  # fmt: skip
-    """Grid ``(seq blocks, q heads + k heads, batch)``: one launch for q and k."""
+    """Grid ``(seq blocks, q head groups + k head groups, batch)``: q and k in one launch."""
     s0 = tl.program_id(0).to(tl.int64) * BLOCK_S
-    hid = tl.program_id(1).to(tl.int64)
+    gid = tl.program_id(1).to(tl.int64)
     b = tl.program_id(2).to(tl.int64)
-    if hid < q_heads:
-        _rotate_rows(
-            Q, CSQ, QO, sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod,
-            scqb, scqh, scqs, b, hid, s0, q_seq,
-            HALF, TAIL, INTERLEAVED, CONJUGATE, BLOCK_S, BLOCK_H, BLOCK_T,
+    if gid < q_groups:
+        _rotate_group(
+            Q, QO, CSQ, PQ, sqb, sqh, sqs, sqd, sqob, sqoh, sqos, sqod, scqb, scqs, spqb, spqs,
+            b, gid, s0, q_seq, q_heads,
+            HALF, TAIL, INTERLEAVED, CONJUGATE, Q_INDEXED, BLOCK_S, BLOCK_H, BLOCK_T, HEADS_PER,
         )  # fmt: skip
     else:
-        _rotate_rows(
-            K, CSK, KO, skb, skh, sks, skd, skob, skoh, skos, skod,
-            sckb, sckh, scks, b, hid - q_heads, s0, k_seq,
-            HALF, TAIL, INTERLEAVED, CONJUGATE, BLOCK_S, BLOCK_H, BLOCK_T,
+        _rotate_group(
+            K, KO, CSK, PK, skb, skh, sks, skd, skob, skoh, skos, skod, sckb, scks, spkb, spks,
+            b, gid - q_groups, s0, k_seq, k_heads,
+            HALF, TAIL, INTERLEAVED, CONJUGATE, K_INDEXED, BLOCK_S, BLOCK_H, BLOCK_T, HEADS_PER,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How :func:`launch` splits the work, and the bytes its programs issue."""
+
+    grid: tuple
+    block_s: int
+    block_h: int
+    heads_per: int
+    warps: int  # 4 for prefill blocks; fewer for a decode step's single row, so each
+    # thread still moves several elements (wider loads)
+    groups: tuple  # head groups of q (and of k)
+    bytes_issued: int  # loads and stores of every program (masked lanes not counted)
+    copy_bound: int  # reading and writing the rotated tensors once
 
 
 def _as4(t):
@@ -106,103 +152,101 @@ def _as4(t):
     return t[(None,) * (4 - t.dim())]
 
 
+def _table(x4, cs):
+    """``(table, positions)``: the ``[cos, sin]`` rows ``(b, s, r // 2, 2)`` (any strides,
+    shared by the heads) and ``None``, or the whole table ``(rows, r // 2, 2)`` and int64
+    positions ``(b, s)`` to index it with inside the kernel."""
+    if isinstance(cs, tuple):  # (table, positions): indexed in the kernel
+        table, pos = cs
+        return table.contiguous(), pos.expand(x4.shape[0], x4.shape[2])
+    cs5 = cs[(None,) * (5 - cs.dim())]  # (b|1, h|1, s|1, r // 2, 2)
+    if cs5.shape[1] != 1:
+        raise ValueError(f"the [cos, sin] rows must be shared by the heads, got {tuple(cs.shape)}")
+    rows = cs5[:, 0]  # (b|1, s|1, r // 2, 2)
+    if rows.stride(-1) != 1 or rows.stride(-2) != 2:
+        rows = rows.contiguous()  # the kernel reads a row's (r // 2, 2) entries as one block
+    return rows.expand(x4.shape[0], x4.shape[2], *rows.shape[-2:]), None
+
+
+def _half(cs):
+    """Pairs per row of a ``[cos, sin]`` table (or of an indexed one)."""
+    return (cs[0] if isinstance(cs, tuple) else cs).shape[-2]
+
+
+def shared_by_heads(cs) -> bool:
+    """Can the kernel take ``cs`` (the same rows for every head, or an indexed table)?"""
+    return isinstance(cs, tuple) or cs.dim() < 4 or cs.shape[-4] == 1
+
+
+def plan(pairs) -> Plan:
+    """Block sizes, head groups and grid for ``pairs`` of ``(x, cs, out)``; bytes issued."""
+    x0, cs0, out0 = pairs[0]
+    half = _half(cs0)
+    shapes = [_as4(x).shape for x, _, _ in pairs]
+    heads = [s[1] for s in shapes]
+    seqs = [s[2] for s in shapes]
+    block_h = triton.next_power_of_2(half)
+    block_s = max(1, min(triton.next_power_of_2(max(seqs)), _TILE // (2 * block_h)))
+    heads_per = min(HEADS, triton.next_power_of_2(max(heads)))
+    groups = tuple(triton.cdiv(h, heads_per) for h in heads)
+    grid = (triton.cdiv(max(seqs), block_s), sum(groups), shapes[0][0])
+    warps = max(1, min(4, block_s * 2 * block_h // 256))  # >= 8 elements per thread
+    inplace = out0.data_ptr() == x0.data_ptr()
+    width = x0.shape[-1] if not inplace else 2 * half  # in place: the tail stays put
+    issued = bound = 0
+    for (x, cs, _), (b, h, s, _) in zip(pairs, shapes, strict=True):
+        esize = x.element_size()
+        bound += 2 * b * h * s * width * esize
+        issued += 2 * b * h * s * width * esize  # every head's rows in and out once
+        groups_x = triton.cdiv(h, heads_per)
+        issued += b * s * groups_x * 2 * half * 4  # float32 [cos, sin] once per group
+        if isinstance(cs, tuple):
+            issued += b * s * groups_x * 8  # int64 positions
+    return Plan(grid, block_s, block_h, heads_per, warps, groups, issued, bound)
+
+
 def launch(pairs, interleaved, conjugate=False):
     """Rotate one or two ``(x, cs, out)`` (q, then k) in one kernel launch.
 
-    ``x``: ``(..., seq, head_dim)`` with at most 4 dims, float32/float16/bfloat16;
-    ``cs``: ``(..., seq, r // 2, 2)`` float32, broadcastable to ``x``; ``out``: like ``x``,
-    a new tensor, a buffer not overlapping ``x``, or ``x`` itself (in place). The pairs
-    must share batch, head_dim, rotary width and in-placeness.
+    ``x``: ``(..., seq, head_dim)`` with at most 4 dims, float32/float16/bfloat16; ``cs``:
+    the ``[cos, sin]`` rows ``(..., seq, r // 2, 2)`` float32 shared by the heads, or a
+    ``(table, positions)`` pair (the whole table, and int64 ``(b|1, seq)`` positions to
+    index it with); ``out``: like ``x``, a new tensor, a buffer not overlapping ``x``, or
+    ``x`` itself (in place). The pairs must share batch, head_dim, rotary width and
+    in-placeness.
     """
-    args, heads, seqs = [], [], []
+    p = plan(pairs)
+    if 0 in p.grid:  # nothing to rotate (an empty prompt, zero heads)
+        return tuple(out for _, _, out in pairs)
+    args, strides, flags, heads, seqs = [], [], [], [], []
     for x, cs, out in pairs:
         x4, o4 = _as4(x), _as4(out)  # (b, h, s, d)
-        if cs.stride(-1) != 1 or cs.stride(-2) != 2:
-            cs = cs.contiguous()  # the kernel reads a row's (r // 2, 2) entries as one block
-        c6 = cs.expand(*x4.shape[:-1], *cs.shape[-2:])  # (b, h, s, r // 2, 2): stride 0 views
-        args += [x4, c6, o4]
+        table, pos = _table(x4, cs)
+        indexed = pos is not None
+        pos_arg = pos if indexed else table  # an unused pointer when gathered
+        args += [x4, o4, table, pos_arg]
+        st = table.stride()
+        cs_strides = (0, st[0]) if indexed else (st[0], st[1])  # (batch, row)
+        p_strides = tuple(pos.stride()) if indexed else (0, 0)
+        strides += [*x4.stride(), *o4.stride(), *cs_strides, *p_strides]
+        flags.append(indexed)
         heads.append(x4.shape[1])
         seqs.append(x4.shape[2])
     if len(pairs) == 1:  # k's slots repeat q's; its programs are never launched
-        args += args[:3]
-        seqs.append(0)
-    strides = [  # kernel order per tensor: x, out, then the table's leading three
-        st
-        for i in (0, 3)
-        for t in (args[i], args[i + 2], args[i + 1])
-        for st in t.stride()[: 4 if t is not args[i + 1] else 3]
-    ]
+        args, strides = args + args[:4], strides + strides[:12]
+        flags, heads, seqs = flags * 2, heads + [0], seqs + [0]
     x0, cs0, out0 = pairs[0]
-    half = cs0.shape[-2]
+    half = _half(cs0)
     tail = 0 if out0.data_ptr() == x0.data_ptr() else x0.shape[-1] - 2 * half
-    block_h = triton.next_power_of_2(half)
-    block_s = max(1, min(triton.next_power_of_2(max(seqs)), _TILE // (2 * block_h)))
-    batch = args[0].shape[0]
-    grid = (triton.cdiv(max(seqs), block_s), sum(heads), batch)
-    if 0 in grid:  # nothing to rotate (an empty prompt, zero heads)
-        return tuple(out for _, _, out in pairs)
-    _rope_fwd[grid](
-        args[0], args[1], args[2], args[3], args[4], args[5],
-        *strides, heads[0], seqs[0], seqs[1],
-        HALF=half, TAIL=tail, INTERLEAVED=interleaved, CONJUGATE=conjugate,
-        BLOCK_S=block_s, BLOCK_H=block_h, BLOCK_T=triton.next_power_of_2(max(tail, 1)),
-    )  # fmt: skip
+    device = x0.device
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:  # Triton launches on the current device: make it the tensors'
+        _rope_fwd[p.grid](
+            *args, *strides, heads[0], heads[1], p.groups[0], seqs[0], seqs[1],
+            HALF=half, TAIL=tail, INTERLEAVED=interleaved, CONJUGATE=conjugate,
+            Q_INDEXED=flags[0], K_INDEXED=flags[1], BLOCK_S=p.block_s, BLOCK_H=p.block_h,
+            BLOCK_T=triton.next_power_of_2(max(tail, 1)), HEADS_PER=p.heads_per,
+            enable_fp_fusion=False,  # no fused multiply-add: the interpreter's float32 math
+            num_warps=p.warps,
+        )  # fmt: skip
     return tuple(out for _, _, out in pairs)
-
-
-# -- custom ops: autograd and torch.compile through the same kernel --------------------------
-@torch.library.custom_op("posenc::rope_triton", mutates_args=())
-def rope(x: torch.Tensor, cs: torch.Tensor, interleaved: bool, conjugate: bool) -> torch.Tensor:
-    """``x`` rotated by ``cs`` (by ``-theta`` if ``conjugate``), a new tensor."""
-    return launch([(x, cs, torch.empty_like(x))], interleaved, conjugate)[0]
-
-
-@rope.register_fake
-def _(x, cs, interleaved, conjugate):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("posenc::rope_qk_triton", mutates_args=())
-def rope_qk(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cs_q: torch.Tensor,
-    cs_k: torch.Tensor,
-    interleaved: bool,
-    conjugate: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q`` and ``k`` rotated by their tables in one launch, new tensors."""
-    pairs = [(q, cs_q, torch.empty_like(q)), (k, cs_k, torch.empty_like(k))]
-    return launch(pairs, interleaved, conjugate)
-
-
-@rope_qk.register_fake
-def _(q, k, cs_q, cs_k, interleaved, conjugate):
-    return torch.empty_like(q), torch.empty_like(k)
-
-
-def _rope_backward(ctx, grad):
-    (cs,) = ctx.saved_tensors
-    return rope(grad, cs, ctx.interleaved, not ctx.conjugate), None, None, None
-
-
-def _rope_qk_backward(ctx, grad_q, grad_k):
-    cs_q, cs_k = ctx.saved_tensors
-    gq, gk = rope_qk(grad_q, grad_k, cs_q, cs_k, ctx.interleaved, not ctx.conjugate)
-    return gq, gk, None, None, None, None
-
-
-def _setup_rope(ctx, inputs, output):
-    _, cs, interleaved, conjugate = inputs
-    ctx.save_for_backward(cs)
-    ctx.interleaved, ctx.conjugate = interleaved, conjugate
-
-
-def _setup_rope_qk(ctx, inputs, output):
-    _, _, cs_q, cs_k, interleaved, conjugate = inputs
-    ctx.save_for_backward(cs_q, cs_k)
-    ctx.interleaved, ctx.conjugate = interleaved, conjugate
-
-
-rope.register_autograd(_rope_backward, setup_context=_setup_rope)
-rope_qk.register_autograd(_rope_qk_backward, setup_context=_setup_rope_qk)

@@ -18,6 +18,7 @@ from posenc.torch.encodings.checks import check_hook, check_pairing, check_qk
 from posenc.torch.encodings.qk.rope_dynamic import settings_key
 from posenc.torch.encodings.qk.rope_tables import RopeTables
 from posenc.torch.kernels import rotate_qk
+from posenc.torch.position_values import check_values
 from posenc.torch.positions import (
     position_arg,
     position_tensor,
@@ -161,11 +162,11 @@ class RotaryEmbedding(RopeTables):
             length_from = torch.cat(
                 [position_tensor(p, q.device).flatten() for p in (q_positions, k_positions)]
             )
-        cs = self._lookup(q_positions, q.dtype, length_from, q.device)  # (b|1, sq, r/2, 2)
+        cs = self._rows(q_positions, q.dtype, length_from, q.device)  # (b|1, 1, sq, r/2, 2)
         cs_k = cs
         if not same:
-            cs_k = self._lookup(k_positions, k.dtype, length_from, k.device)
-        return rotate_qk(q, k, cs[:, None], cs_k[:, None], self.pairing, inplace=inplace)
+            cs_k = self._rows(k_positions, k.dtype, length_from, k.device)
+        return rotate_qk(q, k, cs, cs_k, self.pairing, inplace=inplace)
 
     def forward(self, q, k, positions=None):
         """Rotate ``q`` and ``k`` that share positions; returns the rotated pair.
@@ -226,7 +227,8 @@ class RotaryEmbedding(RopeTables):
             ins = {t.untyped_storage().data_ptr() for t in (q, k)}
             if len(outs) < 2 or outs & ins:
                 raise ValueError("out must be two buffers sharing memory with nothing else")
-        cs = self.table(pos, q.dtype, device=q.device)[:, None]  # (b|1, 1, seq, r // 2, 2)
+        pos = check_values("positions", pos, self.max_len)
+        cs = self._rows(pos, q.dtype, device=q.device)  # (b|1, 1, seq, r // 2, 2) or rows
         return rotate_qk(q, k, cs, cs, self.pairing, out=out)
 
     def extra_repr(self):

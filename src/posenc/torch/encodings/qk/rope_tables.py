@@ -19,7 +19,7 @@ import torch
 import posenc
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.qk.rope_dynamic import _table_now
-from posenc.torch.kernels import cos_sin
+from posenc.torch.kernels import TableRows, cos_sin
 from posenc.torch.position_values import check_values, max_position, traced
 from posenc.torch.positions import position_tensor
 
@@ -111,22 +111,30 @@ class RopeTables(PositionalEncoding):
         positions = check_values("positions", positions, self.max_len)
         return self._lookup(positions, dtype, length_from, device)
 
-    def _lookup(self, positions, dtype, length_from=None, device=None):
-        """:meth:`table` for positions already checked (the hooks check them once)."""
+    def _rows(self, positions, dtype, length_from=None, device=None):
+        """``[cos, sin]`` for the rotation kernels, positions already checked: the derived
+        table and the positions (:class:`~posenc.torch.kernels.TableRows`: eager, below
+        float64, where the Triton kernel indexes the table itself), else the rows computed
+        now, ``(b|1, 1, seq, r // 2, 2)``."""
         device = self._device() if device is None else device
         if self.dynamic:
             length_from = positions if length_from is None else length_from
-            return _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
+            cs = _table_now(positions, length_from, device, self._key, _table_dtype(dtype))
+            return cs[:, None]
         self._materialize(device)
         if dtype == torch.float64 or traced(positions):
             # computed for the positions asked for: float64 angles, rounded once
             inv = self.inv_freq.to(device)
-            return cos_sin(position_tensor(positions, device), inv, self.scale, _table_dtype(dtype))
+            pos = position_tensor(positions, device)
+            return cos_sin(pos, inv, self.scale, _table_dtype(dtype))[:, None]
         self._grow(max_position(positions))  # eager: the bounds the check remembered
-        table = self.cos_sin  # read once: a thread growing it publishes a new tensor
-        if isinstance(positions, range):  # contiguous positions: a slice of the table
-            return table[positions.start : positions.stop][None]
-        return table[positions.to(table.device)].to(device)
+        return TableRows(self.cos_sin, positions)  # read once: growth publishes a new tensor
+
+    def _lookup(self, positions, dtype, length_from=None, device=None):
+        """:meth:`table` for positions already checked (the hooks check them once)."""
+        rows = self._rows(positions, dtype, length_from, device)
+        device = self._device() if device is None else device
+        return rows.gather(device) if isinstance(rows, TableRows) else rows[:, 0]
 
     def _device(self):
         return self.inv_freq.device if "inv_freq" in self._buffers else torch.device("cpu")
