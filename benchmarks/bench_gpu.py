@@ -1,65 +1,49 @@
-"""Benchmark on a CUDA GPU: the rotation family against its peers and the copy bound, one run.
+"""Benchmark on a CUDA GPU: the rotation family against its peers and the copy bound.
 
-Run with ``nox -s bench -- gpu`` or ``python benchmarks/bench_gpu.py --out
-benchmarks/results/gpu.json``. Without CUDA it says so and exits 0, writing nothing
-(``--smoke --out PATH`` runs every section at toy sizes on the CPU, to check the script).
-
-All in bfloat16, medians of ``triton.testing.do_bench``, every ratio from this one run:
+Run with ``nox -s bench -- gpu`` or ``python benchmarks/bench_gpu.py --sections rope``;
+``--plan`` lists the sections with an estimate of their minutes on an H100 (each at most
+8), and each appends its rows, the device and the commit to ``benchmarks/results/gpu.json``.
+Without CUDA it says so and exits 0, writing nothing (``--smoke --out PATH`` runs every
+section at toy sizes on the CPU, to check the script). All in bfloat16, medians of
+``triton.testing.do_bench``; every ratio is taken within one section's run:
 
 * ``rope``: RoPE on q and k per shape and pairing -- posenc (new output, ``out=``, in
-  place, autograd forward+backward), HF ``apply_rotary_pos_emb`` eager and under
-  ``torch.compile``, Meta's complex formulation (interleaved), liger-kernel's Triton RoPE
-  if installed -- over the copy bound: a measured device-to-device copy of q and k's bytes;
-* ``precision``: the share of bf16 outputs equal to the correctly rounded float64 result;
-* ``launches``: CUDA kernels per RoPE call (profiler);
+  place, forward+backward), HF ``apply_rotary_pos_emb`` (forward, forward+backward),
+  Meta's complex formulation (interleaved), liger-kernel's Triton RoPE if installed --
+  over the copy bound (a measured device-to-device copy of q and k's bytes); with a
+  decode-step shape (one token, per-row positions) beside the prefill ones;
+* ``rope_compiled``: the same under ``torch.compile``, each configuration in a fresh
+  process (dynamo's recompile limit is shared within a process);
+* ``precision``: the share of bf16 outputs equal to the correctly rounded float64 result,
+  and the CUDA kernels per RoPE call (profiler);
 * ``attention``: :func:`posenc.torch.attend` with RoPE over (SDPA causal + one copy bound),
   PoPE's over RoPE's;
 * ``end_to_end``: a GPT-2-small-sized ``TransformerLM`` (12 layers, width 768, 12 heads,
-  8 x 1024 tokens), RoPE over NoPE, per AdamW training step and per inference forward.
-
-Each compiled configuration starts from ``torch._dynamo.reset()`` (the recompile limit is
-shared within a process).
+  8 x 1024 tokens), RoPE over NoPE, per AdamW training step and per inference forward,
+  each timed over at least a second.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
-
 import torch
 import torch.nn.functional as F
-from _common import machine, timeit
+from _gpu import Section, bench, fresh, main
 
 import posenc
 from posenc.torch import NoPE, PoPE, RotaryEmbedding, TransformerLM, apply_rope, attend
 from posenc.torch.kernels import cos_sin
 
 ROPE_SHAPES = [(1, 32, 4096, 128), (4, 32, 4096, 128), (8, 8, 2048, 64)]
+DECODE_SHAPES = [(64, 32, 1, 128)]  # one token per row at its own position (a KV cache step)
 ATTN_SHAPES = [(1, 32, 4096, 128), (8, 16, 1024, 64)]
 LM = {"vocab": 50257, "dim": 768, "depth": 12, "heads": 12, "batch": 8, "seq": 1024}
 SMOKE = {  # toy sizes for --smoke on the CPU
     "rope": [(1, 2, 64, 16)],
+    "decode": [(4, 2, 1, 16)],
     "attn": [(1, 2, 64, 16)],
     "lm": {"vocab": 97, "dim": 32, "depth": 2, "heads": 2, "batch": 2, "seq": 64},
 }
 DT = torch.bfloat16
-
-
-def bench(fn):
-    """Median ms: ``triton.testing.do_bench`` on CUDA, wall clock on the CPU (smoke)."""
-    if torch.cuda.is_available():
-        from triton.testing import do_bench
-
-        return do_bench(fn, return_mode="median")
-    return timeit(fn, min_time=0.05, min_reps=3, warmup=1)
-
-
-def compiled(fn):
-    torch._dynamo.reset()
-    return torch.compile(fn, dynamic=False)
 
 
 def meta_complex(xq, xk, freqs_cis):
@@ -70,63 +54,70 @@ def meta_complex(xq, xk, freqs_cis):
     return tuple(o.type_as(x) for o, x in zip(out, (xq, xk), strict=True))
 
 
-def hf_cos_sin(s, d, dev):
-    """HF Llama's cos and sin ``(1, s, d)`` in bf16 (float32 angles, as HF computes them)."""
+def hf_cos_sin(positions, d, dev):
+    """HF Llama's cos and sin ``(b, s, d)`` in bf16 (float32 angles, as HF computes them)."""
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     cfg = LlamaConfig(hidden_size=d, num_attention_heads=1, head_dim=d,
-                      max_position_embeddings=s,
+                      max_position_embeddings=int(positions.max()) + 1,
                       rope_parameters={"rope_type": "default", "rope_theta": 10_000.0})  # fmt: skip
     x = torch.empty(1, device=dev, dtype=DT)
-    return LlamaRotaryEmbedding(cfg).to(dev)(x, torch.arange(s, device=dev)[None])
+    return LlamaRotaryEmbedding(cfg).to(dev)(x, positions)
 
 
-def rope_rows(shape, dev, bound):
-    """Every implementation of RoPE on q and k at ``shape``, both pairings."""
+def _inputs(shape, dev):
+    """q, k and the positions of a shape: ``0 .. s - 1``, or per row for a decode step."""
+    b, h, s, d = shape
+    q, k = (torch.randn(shape, device=dev, dtype=DT) for _ in range(2))
+    decode = s == 1
+    pos = torch.randint(0, 4096, (b, 1), device=dev) if decode else range(s)
+    return q, k, pos
+
+
+def _tensor(pos, dev):
+    return torch.arange(pos.start, pos.stop, device=dev)[None] if isinstance(pos, range) else pos
+
+
+def rope_impls(shape, dev, compiled_only=False):
+    """name -> (fn, args) for every RoPE of q and k at ``shape`` (both pairings)."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     b, h, s, d = shape
-    q, k = (torch.randn(shape, device=dev, dtype=DT) for _ in range(2))
-    qi, ki, outs, pos = q.clone(), k.clone(), (torch.empty_like(q), torch.empty_like(k)), range(s)
-    cos, sin = hf_cos_sin(s, d, dev)
+    q, k, pos = _inputs(shape, dev)
+    cos, sin = hf_cos_sin(_tensor(pos, dev), d, dev)
+    inv = torch.from_numpy(posenc.rope_frequencies(d)[0]).to(dev)
+    fc = torch.view_as_complex(cos_sin(_tensor(pos, dev), inv, 1.0, torch.float32))[:, None]
     qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+    grads = (torch.randn_like(q), torch.randn_like(k))
+
+    def fwd_bwd(fn):
+        return lambda: torch.autograd.backward(fn(qg, kg), grads)
+
     impls = {}
     for pairing in ("half", "interleaved"):
-        rot = RotaryEmbedding(d, max_len=s, pairing=pairing).to(dev)
-        impls |= {
-            f"posenc {pairing}": lambda rot=rot: rot.rope(q, k),
-            f"posenc {pairing}, out=": lambda rot=rot: rot.rope(q, k, out=outs),
-            f"posenc {pairing}, in place": lambda rot=rot: rot.encode_qk(qi, ki, pos, pos,
-                                                                         inplace=True),
-            f"posenc {pairing}, fwd+bwd": lambda rot=rot: torch.autograd.backward(
-                rot(qg, kg), (q, k)),
-        }  # fmt: skip
-    impls["HF apply_rotary_pos_emb (half) eager"] = lambda: apply_rotary_pos_emb(q, k, cos, sin)
-    inv = torch.from_numpy(posenc.rope_frequencies(d)[0]).to(dev)
-    fc = torch.view_as_complex(cos_sin(torch.arange(s, device=dev), inv, 1.0, torch.float32))
-    impls["Meta complex (interleaved) eager"] = lambda: meta_complex(q, k, fc)
-    try:
-        from liger_kernel.ops.rope import LigerRopeFunction
+        rot = RotaryEmbedding(d, max_len=4096, pairing=pairing).to(dev)
+        impls[f"posenc {pairing}"] = lambda rot=rot: rot.rope(q, k, pos)
+        impls[f"posenc {pairing}, fwd+bwd"] = fwd_bwd(lambda a, b, rot=rot: rot(a, b, pos))
+        if compiled_only:
+            continue
+        outs, qi, ki = (torch.empty_like(q), torch.empty_like(k)), q.clone(), k.clone()
+        impls[f"posenc {pairing}, out="] = lambda rot=rot, o=outs: rot.rope(q, k, pos, out=o)
+        impls[f"posenc {pairing}, in place"] = lambda rot=rot, a=qi, b=ki: rot.encode_qk(
+            a, b, pos, pos, inplace=True
+        )
+    hf = lambda a, b: apply_rotary_pos_emb(a, b, cos, sin)  # noqa: E731
+    impls["HF apply_rotary_pos_emb (half)"] = lambda: hf(q, k)
+    impls["HF apply_rotary_pos_emb (half), fwd+bwd"] = fwd_bwd(hf)
+    impls["Meta complex (interleaved)"] = lambda: meta_complex(q, k, fc)
+    if dev == "cuda" and not compiled_only:  # liger's Triton kernel: CUDA tensors only
+        try:
+            from liger_kernel.ops.rope import LigerRopeFunction
 
-        impls["liger-kernel (half)"] = lambda: LigerRopeFunction.apply(q, k, cos, sin)
-    except ImportError:
-        pass
-    times = {name: bench(fn) for name, fn in impls.items()}
-    for name, fn, args in (
-        ("HF apply_rotary_pos_emb (half) compiled", apply_rotary_pos_emb, (q, k, cos, sin)),
-        ("Meta complex (interleaved) compiled", meta_complex, (q, k, fc)),
-    ):
-        c = compiled(fn)
-        times[name] = bench(lambda c=c, args=args: c(*args))
-    for pairing in ("half", "interleaved"):
-        rot = RotaryEmbedding(d, max_len=s, pairing=pairing).to(dev)
-        c = compiled(lambda q, k, rot=rot: rot(q, k))
-        times[f"posenc {pairing} compiled"] = bench(lambda c=c: c(q, k))
-    return [
-        {"shape": list(shape), "impl": n, "ms": ms, "ratio_copy_bound": ms / bound}
-        for n, ms in times.items()
-    ]
+            impls["liger-kernel (half)"] = lambda: LigerRopeFunction.apply(q, k, cos, sin)
+        except ImportError:
+            pass
+    return impls
 
 
 def copy_bound(numel, dev):
@@ -136,42 +127,77 @@ def copy_bound(numel, dev):
     return bench(lambda: dst.copy_(src))
 
 
-def precision(dev):
-    """Share of bf16 RoPE outputs equal to the float64 result rounded once (half pairing)."""
+def _shapes(smoke):
+    return (SMOKE["rope"] + SMOKE["decode"]) if smoke else (ROPE_SHAPES + DECODE_SHAPES)
+
+
+def rope_section(dev, smoke):
+    rows = []
+    for shape in _shapes(smoke):
+        bound = copy_bound(2 * torch.Size(shape).numel(), dev)
+        with torch.no_grad():
+            for name, fn in rope_impls(shape, dev).items():
+                with torch.enable_grad() if "fwd+bwd" in name else torch.no_grad():
+                    ms = bench(fn)
+                rows.append({"shape": list(shape), "impl": name, "ms": ms,
+                             "copy_bound_ms": bound, "ratio_copy_bound": ms / bound})  # fmt: skip
+    return rows
+
+
+def rope_compiled_section(dev, smoke):
+    rows = []
+    for shape in _shapes(smoke):
+        for name in rope_impls(shape, dev, compiled_only=True):
+            rows.append(fresh(__file__, {"shape": list(shape), "impl": name, "smoke": smoke}))
+    return rows
+
+
+def one(config):
+    """One compiled RoPE configuration, in this (fresh) process: ms and ratio to the copy bound."""
+    dev = "cpu" if config["smoke"] else "cuda"
+    shape = tuple(config["shape"])
+    fn = rope_impls(shape, dev, compiled_only=True)[config["impl"]]
+    step = torch.compile(fn, dynamic=False)
+    with torch.enable_grad() if "fwd+bwd" in config["impl"] else torch.no_grad():
+        ms = bench(step)
+    bound = copy_bound(2 * torch.Size(shape).numel(), dev)
+    return {**config, "impl": config["impl"] + " compiled", "ms": ms, "copy_bound_ms": bound,
+            "ratio_copy_bound": ms / bound}  # fmt: skip
+
+
+def precision_section(dev, smoke):
+    """Share of bf16 RoPE outputs equal to the float64 result rounded once; CUDA kernels per
+    RoPE call on q and k."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    s, d = 4096, 128
+    s, d = (64, 16) if smoke else (4096, 128)
     x = torch.randn(1, 8, s, d, device=dev, dtype=DT)
     exact = apply_rope(x.double()).to(DT)  # float64 tables and arithmetic, one rounding
-    cos, sin = hf_cos_sin(s, d, dev)
+    cos, sin = hf_cos_sin(torch.arange(s, device=dev)[None], d, dev)
     hf, _ = apply_rotary_pos_emb(x, x, cos, sin)
     with torch.no_grad():
         ours = RotaryEmbedding(d, max_len=s).to(dev)(x, x)[0]
-    return {
-        "posenc_correctly_rounded": (ours == exact).double().mean().item(),
-        "hf_correctly_rounded": (hf == exact).double().mean().item(),
-    }
-
-
-def launches(dev):
-    """CUDA kernels in one posenc RoPE call on q and k (1, 32, 4096, 128)."""
-    if dev != "cuda":
-        return {}
-    q, k = (torch.randn(1, 32, 4096, 128, device=dev, dtype=DT) for _ in range(2))
-    counts = {}
-    for pairing in ("half", "interleaved"):
-        rot = RotaryEmbedding(128, max_len=4096, pairing=pairing).to(dev)
-        rot.rope(q, k)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    row = {"posenc_correctly_rounded": (ours == exact).double().mean().item(),
+           "hf_correctly_rounded": (hf == exact).double().mean().item()}  # fmt: skip
+    if dev == "cuda":
+        q, k = (torch.randn(1, 32, s, d, device=dev, dtype=DT) for _ in range(2))
+        for pairing in ("half", "interleaved"):
+            rot = RotaryEmbedding(d, max_len=s, pairing=pairing).to(dev)
             rot.rope(q, k)
-            torch.cuda.synchronize()
-        cuda = torch.autograd.DeviceType.CUDA
-        counts[pairing] = sum(e.count for e in prof.key_averages() if e.device_type == cuda)
-    return counts
+            acts = [torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=acts) as prof:
+                rot.rope(q, k)
+                torch.cuda.synchronize()
+            cuda = torch.autograd.DeviceType.CUDA
+            row[f"kernels per call ({pairing})"] = sum(
+                e.count for e in prof.key_averages() if e.device_type == cuda
+            )
+    return [row]
 
 
-def attention_rows(shape, dev, bound):
+def _attention_row(shape, dev):
     b, h, s, d = shape
+    bound = copy_bound(2 * torch.Size(shape).numel(), dev)
     q, k, v = (torch.randn(shape, device=dev, dtype=DT) for _ in range(3))
     rope = RotaryEmbedding(d, max_len=s).to(dev)
     pope = PoPE(d, h).to(dev, DT)
@@ -181,17 +207,19 @@ def attention_rows(shape, dev, bound):
             "attend_rope": bench(lambda: attend(q, k, v, rope)),
             "attend_pope": bench(lambda: attend(q, k, v, pope)),
         }
-    return {
-        "shape": list(shape),
-        **{f"{n}_ms": ms for n, ms in t.items()},
-        "copy_bound_ms": bound,
-        "rope_over_floor": t["attend_rope"] / (t["sdpa_causal"] + bound),
-        "pope_over_rope": t["attend_pope"] / t["attend_rope"],
-    }
+    return {"shape": list(shape), **{f"{n}_ms": ms for n, ms in t.items()},
+            "copy_bound_ms": bound,
+            "rope_over_floor": t["attend_rope"] / (t["sdpa_causal"] + bound),
+            "pope_over_rope": t["attend_pope"] / t["attend_rope"]}  # fmt: skip
 
 
-def end_to_end(dev, cfg):
-    """ms per AdamW training step and per inference forward, RoPE and NoPE."""
+def attention_section(dev, smoke):
+    return [_attention_row(shape, dev) for shape in (SMOKE["attn"] if smoke else ATTN_SHAPES)]
+
+
+def end_to_end_section(dev, smoke):
+    """ms per AdamW training step and per inference forward, RoPE and NoPE (>= 1 s each)."""
+    cfg = SMOKE["lm"] if smoke else LM
     head_dim = cfg["dim"] // cfg["heads"]
     tokens = torch.randint(cfg["vocab"], (cfg["batch"], cfg["seq"] + 1), device=dev)
     x, y = tokens[:, :-1], tokens[:, 1:]
@@ -212,64 +240,22 @@ def end_to_end(dev, cfg):
             with torch.no_grad():
                 lm(x)
 
-        out[name] = {"train_step_ms": bench(step), "inference_ms": bench(infer)}
+        # an 80 ms step repeated over >= 1 s: enough repeats for a 1.05x comparison
+        out[name] = {"train_step_ms": bench(step, 1000), "inference_ms": bench(infer, 1000)}
     for key in ("train_step_ms", "inference_ms"):
         out[f"rope_over_nope_{key[:-3]}"] = out["RoPE"][key] / out["NoPE"][key]
-    return out
+    return [out]
 
 
-def commit():
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True,
-                               text=True).stdout.strip()  # fmt: skip
-        return head.stdout.strip() + ("-dirty" if dirty else "")
-    except OSError:
-        return "unknown"
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None, help="default benchmarks/results/gpu.json")
-    parser.add_argument("--smoke", action="store_true", help="toy sizes on the CPU")
-    args = parser.parse_args()
-    if args.smoke:
-        if args.out is None:
-            sys.exit("--smoke needs --out (the committed gpu.json holds GPU figures only)")
-        dev, shapes, attn, lm = "cpu", SMOKE["rope"], SMOKE["attn"], SMOKE["lm"]
-    elif not torch.cuda.is_available():
-        print("bench_gpu: no CUDA device here; nothing measured, nothing written")
-        return
-    else:
-        dev, shapes, attn, lm = "cuda", ROPE_SHAPES, ATTN_SHAPES, LM
-    out = args.out or "benchmarks/results/gpu.json"
-    import triton
-
-    info = {**machine(), "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-            "triton": triton.__version__, "commit": commit()}  # fmt: skip
-    print(info)
-    rows = []
-    for shape in shapes:
-        bound = copy_bound(2 * torch.Size(shape).numel(), dev)
-        rows += rope_rows(shape, dev, bound)
-        print(f"\n{shape} bf16, copy bound {bound:.3f} ms")
-        for r in (r for r in rows if r["shape"] == list(shape)):
-            print(f"  {r['impl']:<44} {r['ms']:8.3f} ms {r['ratio_copy_bound']:7.2f}x bound")
-    result = {"machine": info, "rope": rows, "precision": precision(dev),
-              "launches": launches(dev)}  # fmt: skip
-    print("\nprecision:", result["precision"], "\nlaunches per call:", result["launches"])
-    result["attention"] = []
-    for shape in attn:
-        bound = copy_bound(2 * torch.Size(shape).numel(), dev)
-        result["attention"].append(attention_rows(shape, dev, bound))
-        print("attention:", result["attention"][-1])
-    result["end_to_end"] = end_to_end(dev, lm)
-    print("end to end:", result["end_to_end"])
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {out}")
-
+SECTIONS = [
+    Section("rope", "RoPE of q and k, eager, per shape, over the copy bound", 2.0, rope_section),
+    Section("rope_compiled", "RoPE under torch.compile, a fresh process each", 7.0,
+            rope_compiled_section),
+    Section("precision", "correctly rounded share; kernels per call", 0.5, precision_section),
+    Section("attention", "attend with RoPE and PoPE over SDPA", 1.0, attention_section),
+    Section("end_to_end", "a GPT-2-small LM, RoPE over NoPE", 2.0, end_to_end_section),
+]  # fmt: skip
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main(SECTIONS, description=__doc__.splitlines()[0],
+                          out="benchmarks/results/gpu.json", one=one))  # fmt: skip

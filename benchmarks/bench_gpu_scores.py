@@ -1,43 +1,40 @@
-"""Benchmark on a CUDA GPU: score biases through FlexAttention, and compiled decoding, one run.
+"""Benchmark on a CUDA GPU: score biases through FlexAttention, and compiled decoding.
 
-Run with ``python benchmarks/bench_gpu_scores.py --out benchmarks/results/gpu_scores.json``
-(issue 16; the RoPE half of the GPU benchmark is ``bench_gpu.py``). Without CUDA it says so
-and exits 0, writing nothing (``--smoke --out PATH`` runs every section at toy sizes on the
-CPU, to check the script; its numbers mean nothing).
+Run with ``python benchmarks/bench_gpu_scores.py --sections attention_sdpa`` (issue 16; the
+RoPE half of the GPU benchmark is ``bench_gpu.py``); ``--plan`` lists the sections with an
+estimate of their minutes on an H100 (each at most 8), and each appends its rows, the
+device and the commit to ``benchmarks/results/gpu_scores.json``. Without CUDA it says so
+and exits 0, writing nothing (``--smoke --out PATH`` runs every section at toy sizes on
+the CPU, to check the script; its numbers mean nothing).
 
-All in bfloat16, medians of ``triton.testing.do_bench`` (decoding: the median wall time
-of whole greedy loops), every ratio from this one run:
+All in bfloat16, medians of ``triton.testing.do_bench`` (decoding: the median wall time of
+whole greedy loops); every compiled configuration runs in a fresh process:
 
-* ``attention``: causal attention with ALiBi, T5, KERPLE and FIRE at each shape --
-  posenc ``attend`` with ``backend="sdpa"`` (one float mask per call), ``"flex"`` and
-  ``"auto"`` (the default), forward and forward + backward, over a hand-written
-  ``torch.compile(flex_attention)`` with an ALiBi ``score_mod`` and a causal block mask
-  built once (the issue's reference), and over SDPA's own causal kernel (the floor);
+* ``attention_sdpa``: causal attention with ALiBi, T5, KERPLE and FIRE at each shape
+  through ``attend(backend="sdpa")`` (one float mask per call), forward and forward +
+  backward, over SDPA's own causal kernel (the floor);
+* ``attention_flex``: the same through ``backend="flex"`` (also what ``"auto"``, the
+  default, picks for score biases on CUDA), one encoding and shape per process, beside a
+  hand-written ``torch.compile(flex_attention)`` with an ALiBi ``score_mod`` and a causal
+  block mask built once (the issue's reference);
 * ``end_to_end``: a GPT-2-small-sized ``TransformerLM`` (12 layers, width 768, 12 heads,
   8 x 1024 tokens) with ALiBi over the same model with NoPE, default backend, per AdamW
-  training step and per inference forward;
-* ``decode``: greedy tokens/s at batch 1 and 16 (a 128-token prompt, 128 new tokens) --
-  posenc eager with the growing ``KVCache`` and with ``StaticKVCache``, and
-  ``torch.compile(lm, fullgraph=True)`` over the static cache (default mode and
-  ``"reduce-overhead"``, i.e. CUDA graphs), with the number of graphs dynamo compiled;
-  beside HF ``LlamaForCausalLM.generate`` of the same size, dynamic cache and
-  ``cache_implementation="static"``.
-
-Each compiled configuration starts from ``torch._dynamo.reset()`` (the recompile limit is
-shared within a process).
+  training step and per inference forward, each timed over at least a second;
+* ``decode``: greedy tokens/s at batch 1 and 16 (a 128-token prompt, 128 new tokens),
+  posenc eager with the growing ``KVCache`` and with ``StaticKVCache``, beside HF
+  ``LlamaForCausalLM.generate`` of the same size (dynamic and static cache);
+* ``decode_compiled``: ``torch.compile(lm, fullgraph=True)`` over the static cache, default
+  mode and ``"reduce-overhead"`` (CUDA graphs), with the graphs dynamo compiled and
+  whether the tokens equal eager decoding's, one configuration per process.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
-from _common import machine, timeit
+from _gpu import Section, bench, fresh, main
 from torch._dynamo.utils import counters
 
 from posenc.torch import (
@@ -61,15 +58,8 @@ SMOKE = {
 }
 DT = torch.bfloat16
 ENCODINGS = {"ALiBi": ALiBi, "T5": T5RelativeBias, "KERPLE": KERPLE, "FIRE": FIRE}
-
-
-def bench(fn):
-    """Median ms: ``triton.testing.do_bench`` on CUDA, wall clock on the CPU (smoke)."""
-    if torch.cuda.is_available():
-        from triton.testing import do_bench
-
-        return do_bench(fn, return_mode="median")
-    return timeit(fn, min_time=0.05, min_reps=3, warmup=1)
+DECODERS = {"RoPE": lambda cfg: RotaryEmbedding(cfg["dim"] // cfg["heads"], max_len=4096),
+            "ALiBi": lambda cfg: ALiBi(cfg["heads"])}  # fmt: skip
 
 
 def sync():
@@ -103,49 +93,82 @@ def fwd_bwd(fn, q, k, v):
     return lambda: torch.autograd.backward(fn(qg, kg, vg), grad)
 
 
-def attention_rows(shape, dev, train):
-    """posenc's backends per encoding at ``shape`` over the hand-written ALiBi and the floor."""
+def _passes(fn, q, k, v, train):
+    passes = {"forward": lambda: fn(q, k, v)}
+    if train:
+        passes["forward+backward"] = fwd_bwd(fn, q, k, v)
+    return passes
+
+
+def _timed(row, call, p):
+    try:  # one failing configuration must not stop the run
+        with torch.no_grad() if p == "forward" else torch.enable_grad():
+            return {**row, "ms": bench(call)}
+    except Exception as err:
+        return {**row, "error": f"{type(err).__name__}: {err}"[:300]}
+
+
+def attention_sdpa_section(dev, smoke):
+    """posenc's SDPA backend per encoding at each shape, over the floor."""
     import torch.nn.functional as F
 
-    q, k, v = (torch.randn(shape, device=dev, dtype=DT) for _ in range(3))
-    floor = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    ref = hand_written_alibi(shape, dev)
-    base = {"forward": bench(lambda: ref(q, k, v))}
-    if train:
-        base["forward+backward"] = bench(fwd_bwd(ref, q, k, v))
-    rows = [{"shape": list(shape), "impl": "SDPA causal, no bias (floor)", "pass": "forward",
-             "ms": floor}]  # fmt: skip
-    rows += [{"shape": list(shape), "impl": "hand-written compiled flex ALiBi", "pass": p,
-              "ms": ms} for p, ms in base.items()]  # fmt: skip
-    for name, cls in ENCODINGS.items():
-        enc = cls(shape[1]).to(dev)
-        for backend in ("sdpa", "flex", "auto"):
-            torch._dynamo.reset()
+    train, rows = dev == "cuda", []  # FlexAttention and SDPA masks: backward on CUDA only
+    for shape in SMOKE["attn"] if smoke else ATTN_SHAPES:
+        q, k, v = (torch.randn(shape, device=dev, dtype=DT) for _ in range(3))
+        sdpa = F.scaled_dot_product_attention
+        floor = bench(lambda q=q, k=k, v=v, sdpa=sdpa: sdpa(q, k, v, is_causal=True))
+        rows.append({"shape": list(shape), "impl": "SDPA causal, no bias (floor)",
+                     "pass": "forward", "ms": floor, "ratio_floor": 1.0})  # fmt: skip
+        for name, cls in ENCODINGS.items():
+            enc = cls(shape[1]).to(dev)
 
-            def fn(q, k, v, enc=enc, backend=backend):
-                return attend(q, k, v, enc, backend=backend)
+            def fn(q, k, v, enc=enc):
+                return attend(q, k, v, enc, backend="sdpa")
 
-            passes = {"forward": lambda fn=fn: fn(q, k, v)}
-            if train:
-                passes["forward+backward"] = fwd_bwd(fn, q, k, v)
-            for p, call in passes.items():
-                row = {"shape": list(shape), "impl": f"posenc {name}, backend={backend!r}",
-                       "pass": p}  # fmt: skip
-                try:
-                    with torch.no_grad() if p == "forward" else torch.enable_grad():
-                        row["ms"] = bench(call)
-                except Exception as err:  # one failing configuration must not stop the run
-                    row["error"] = f"{type(err).__name__}: {err}"[:300]
-                rows.append(row)
-    for row in (r for r in rows if "ms" in r):
-        row["ratio_floor"] = row["ms"] / floor
-        if row["pass"] in base:
-            row["ratio_hand_written"] = row["ms"] / base[row["pass"]]
+            for p, call in _passes(fn, q, k, v, train).items():
+                row = _timed({"shape": list(shape), "impl": f"posenc {name}, backend='sdpa'",
+                              "pass": p}, call, p)  # fmt: skip
+                rows.append(row | ({"ratio_floor": row["ms"] / floor} if "ms" in row else {}))
     return rows
 
 
-def end_to_end(cfg, dev, train):
-    """ALiBi over NoPE, default backend: per AdamW step and per inference forward."""
+def attention_flex_section(dev, smoke):
+    rows = []
+    for shape in SMOKE["attn"] if smoke else ATTN_SHAPES:
+        for name in ["hand-written ALiBi", *ENCODINGS]:
+            rows.append(fresh(__file__, {"kind": "flex", "shape": list(shape), "encoding": name,
+                                         "smoke": smoke}))  # fmt: skip
+    return rows
+
+
+def _flex_one(config, dev):
+    import torch.nn.functional as F
+
+    shape, name = tuple(config["shape"]), config["encoding"]
+    q, k, v = (torch.randn(shape, device=dev, dtype=DT) for _ in range(3))
+    floor = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    if name == "hand-written ALiBi":
+        fn = hand_written_alibi(shape, dev)
+    else:
+        enc = ENCODINGS[name](shape[1]).to(dev)
+
+        def fn(q, k, v):
+            return attend(q, k, v, enc, backend="flex")
+
+    out = {}
+    for p, call in _passes(fn, q, k, v, dev == "cuda").items():
+        row = _timed({}, call, p)
+        out[f"{p} ms"] = row.get("ms")
+        if "ms" in row:
+            out[f"{p} ratio_floor"] = row["ms"] / floor
+        else:
+            out[f"{p} error"] = row["error"]
+    return {**config, "floor_ms": floor, **out}
+
+
+def end_to_end_section(dev, smoke):
+    """ALiBi over NoPE, default backend: per AdamW step and per inference forward (>= 1 s)."""
+    cfg, train = SMOKE["lm"] if smoke else LM, dev == "cuda"
     idx = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]), device=dev)
     out = {}
     for name, enc in (("NoPE", NoPE()), ("ALiBi", ALiBi(cfg["heads"]))):
@@ -154,7 +177,7 @@ def end_to_end(cfg, dev, train):
         lm = lm.to(dev, DT)
         torch._dynamo.reset()
         with torch.no_grad():
-            out[f"{name} forward"] = bench(lambda lm=lm: lm(idx))
+            out[f"{name} forward"] = bench(lambda lm=lm: lm(idx), 1000)
         if train:
             opt = torch.optim.AdamW(lm.parameters(), lr=1e-4)
 
@@ -167,11 +190,11 @@ def end_to_end(cfg, dev, train):
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
-            out[f"{name} train step"] = bench(step)
+            out[f"{name} train step"] = bench(step, 1000)
     for kind in ("forward", "train step"):
         if f"ALiBi {kind}" in out:
             out[f"ALiBi / NoPE {kind}"] = out[f"ALiBi {kind}"] / out[f"NoPE {kind}"]
-    return out
+    return [out]
 
 
 def greedy(step, cache, prompt, new):
@@ -198,51 +221,64 @@ def wall_ms(fn, reps=3):
     return 1e3 * statistics.median(times)
 
 
-def decode_rows(cfg, dec, dev):
-    """Greedy decoding tokens/s: posenc eager and compiled, HF Llama beside it."""
+def _decoder(cfg, name, dev):
+    torch.manual_seed(0)
+    return TransformerLM(cfg["vocab"], cfg["dim"], cfg["depth"], cfg["heads"],
+                         encoding=DECODERS[name](cfg)).to(dev, DT).eval()  # fmt: skip
+
+
+def _decode(step, lm, b, dec, prompt, static):
+    cache = lm.new_cache(b, dec["prompt"] + dec["new"], static=static)
+    with torch.no_grad():
+        ms = wall_ms(lambda: greedy(step, cache, prompt, dec["new"]))
+        return ms, greedy(step, cache, prompt, dec["new"])
+
+
+def decode_section(dev, smoke):
+    """Greedy tokens/s, eager: the growing and the static cache; HF Llama beside them."""
+    cfg, dec = (SMOKE["lm"], SMOKE["decode"]) if smoke else (LM, DECODE)
     rows = []
-    encs = {"RoPE": lambda: RotaryEmbedding(cfg["dim"] // cfg["heads"], max_len=4096),
-            "ALiBi": lambda: ALiBi(cfg["heads"])}  # fmt: skip
     for b in dec["batches"]:
-        prompt = torch.randint(0, cfg["vocab"], (b, dec["prompt"]), device=dev)
-        for name, make in encs.items():
-            torch.manual_seed(0)
-            lm = TransformerLM(cfg["vocab"], cfg["dim"], cfg["depth"], cfg["heads"],
-                               encoding=make()).to(dev, DT).eval()  # fmt: skip
-            runs = {"eager, KVCache": (lm, False), "eager, StaticKVCache": (lm, True)}
-            for mode in ("default", "reduce-overhead"):
-                runs[f"compiled fullgraph {mode}, StaticKVCache"] = (mode, True)
-            reference = None
-            for label, (fn, static) in runs.items():
-                graphs = None
-                if isinstance(fn, str):
-                    if fn == "reduce-overhead" and not torch.cuda.is_available():
-                        continue
-                    torch._dynamo.reset()
-                    counters.clear()
-                    fn = torch.compile(lm, fullgraph=True, mode=fn)
-
-                cache = lm.new_cache(b, dec["prompt"] + dec["new"], static=static)
-
-                def run(fn=fn, cache=cache, prompt=prompt):
-                    return greedy(fn, cache, prompt, dec["new"])
-
-                row = {"batch": b, "encoding": name, "impl": f"posenc {label}"}
-                try:
-                    with torch.no_grad():
-                        ms = wall_ms(run)
-                        toks = run()
-                except Exception as err:  # e.g. a CUDA graph that cannot be captured
-                    rows.append(row | {"error": f"{type(err).__name__}: {err}"[:300]})
-                    continue
-                if fn is not lm:
-                    graphs = counters["stats"]["unique_graphs"]
-                reference = toks if reference is None else reference
-                same = bool((toks == reference).all())
-                tps = b * dec["new"] / ms * 1e3
-                rows.append(row | {"tokens_per_s": tps, "graphs": graphs, "same_tokens": same})
+        prompt = torch.randint(0, cfg["vocab"], (b, dec["prompt"]), device=dev,
+                               generator=torch.Generator(dev).manual_seed(b))  # fmt: skip
+        for name in DECODERS:
+            lm = _decoder(cfg, name, dev)
+            for label, static in (("KVCache", False), ("StaticKVCache", True)):
+                ms, _ = _decode(lm, lm, b, dec, prompt, static)
+                rows.append({"batch": b, "encoding": name, "impl": f"posenc eager, {label}",
+                             "tokens_per_s": b * dec["new"] / ms * 1e3})  # fmt: skip
         rows += hf_rows(cfg, dec, prompt, dev)
     return rows
+
+
+def decode_compiled_section(dev, smoke):
+    dec = SMOKE["decode"] if smoke else DECODE
+    modes = ["default", "reduce-overhead"] if dev == "cuda" else ["default"]
+    return [fresh(__file__, {"kind": "decode", "batch": b, "encoding": name, "mode": mode,
+                             "smoke": smoke})
+            for b in dec["batches"] for name in DECODERS for mode in modes]  # fmt: skip
+
+
+def _decode_one(config, dev):
+    cfg, dec = (SMOKE["lm"], SMOKE["decode"]) if config["smoke"] else (LM, DECODE)
+    b = config["batch"]
+    prompt = torch.randint(0, cfg["vocab"], (b, dec["prompt"]), device=dev,
+                           generator=torch.Generator(dev).manual_seed(b))  # fmt: skip
+    lm = _decoder(cfg, config["encoding"], dev)
+    _, eager = _decode(lm, lm, b, dec, prompt, True)
+    counters.clear()
+    step = torch.compile(lm, fullgraph=True, mode=config["mode"])
+    ms, toks = _decode(step, lm, b, dec, prompt, True)
+    return {**config, "impl": f"posenc compiled fullgraph {config['mode']}, StaticKVCache",
+            "tokens_per_s": b * dec["new"] / ms * 1e3,
+            "graphs": counters["stats"]["unique_graphs"],
+            "same_tokens_as_eager": bool((toks == eager).all())}  # fmt: skip
+
+
+def one(config):
+    """One compiled configuration, in this (fresh) process."""
+    dev = "cpu" if config["smoke"] else "cuda"
+    return _flex_one(config, dev) if config["kind"] == "flex" else _decode_one(config, dev)
 
 
 def hf_rows(cfg, dec, prompt, dev):
@@ -274,42 +310,17 @@ def hf_rows(cfg, dec, prompt, dev):
     return rows
 
 
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results/gpu_scores.json")
-    parser.add_argument("--smoke", action="store_true", help="toy sizes on the CPU")
-    parser.add_argument("--sections", default="attention,end_to_end,decode")
-    args = parser.parse_args()
-    if not torch.cuda.is_available() and not args.smoke:
-        print("bench_gpu_scores: no CUDA device here; nothing measured (--smoke to check it)")
-        return 0
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    train = dev == "cuda"  # FlexAttention has no backward on the CPU
-    shapes = SMOKE["attn"] if args.smoke else ATTN_SHAPES
-    cfg, dec = (SMOKE["lm"], SMOKE["decode"]) if args.smoke else (LM, DECODE)
-    sections = args.sections.split(",")
-    name = torch.cuda.get_device_name() if dev == "cuda" else "cpu (smoke)"
-    result = {"machine": machine(), "commit": commit(), "dtype": "bfloat16", "device": name}
-    if "attention" in sections:
-        result["attention"] = [r for s in shapes for r in attention_rows(s, dev, train)]
-    if "end_to_end" in sections:
-        result["end_to_end"] = end_to_end(cfg, dev, train)
-    if "decode" in sections:
-        result["decode"] = decode_rows(cfg, dec, dev)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
-    return 0
-
+SECTIONS = [
+    Section("attention_sdpa", "score biases through SDPA's float mask", 1.5,
+            attention_sdpa_section),
+    Section("attention_flex", "score biases through FlexAttention, a process each", 7.0,
+            attention_flex_section),
+    Section("end_to_end", "a GPT-2-small LM, ALiBi over NoPE", 3.0, end_to_end_section),
+    Section("decode", "greedy decoding, eager posenc and HF generate", 3.0, decode_section),
+    Section("decode_compiled", "compiled decoding over the static cache, a process each",
+            7.0, decode_compiled_section),
+]  # fmt: skip
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main(SECTIONS, description=__doc__.splitlines()[0],
+                          out="benchmarks/results/gpu_scores.json", one=one))  # fmt: skip

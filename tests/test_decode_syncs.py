@@ -1,0 +1,89 @@
+"""A decode step reads nothing back from the device: no host sync, so CUDA graphs can replay it.
+
+Counted on the CPU with ``torch.profiler`` (``aten::_local_scalar_dense`` is what
+``.item()``, ``int(t)`` and ``bool(t)`` run; on CUDA each waits for the GPU) and by counting
+:func:`posenc.torch.position_values.host_read`, the one place posenc reads values (its
+``.tolist()`` does not show in the profiler). A depth-4 ``TransformerLM`` with
+``new_cache(static=True)``, after a prefill:
+
+* eager: no ``_local_scalar_dense`` and at most one host read per step (not per layer) --
+  none at all, as the count, positions and their bounds are known on the host;
+* compiled (``fullgraph=True``): no ``_local_scalar_dense``, and host reads only inside
+  the checking op's CPU branch (a CPU tensor: nothing to wait for; on CUDA the op asserts
+  on the device instead, which ``tools/gpu_checks.py`` runs with CUDA's sync debug mode).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_real_user_matrix import MATRIX, NAMES, _make
+from torch.profiler import profile
+
+import posenc.torch.position_values as pv
+from posenc.torch import TransformerLM
+
+D, HEADS = 16, 2
+
+
+def _lm(name):
+    heads = HEADS if MATRIX[name].kind != "qk" or name == "pope" else 2
+    return TransformerLM(11, D, 4, heads, encoding=_make(name), max_len=32).eval()
+
+
+def _counted(monkeypatch):
+    """Every host read, with the function that asked for it."""
+    reads, real = [], pv.host_read
+
+    def host_read(t):
+        import sys
+
+        reads.append(sys._getframe(1).f_code.co_name)
+        return real(t)
+
+    monkeypatch.setattr(pv, "host_read", host_read)
+    return reads
+
+
+def _step(lm, step, monkeypatch):
+    """Prefill and two decode steps through ``step``; count the syncs of a third."""
+    cache = lm.new_cache(2, 16, static=True)
+    with torch.no_grad():
+        logits = step(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache)
+        for _ in range(2):
+            logits = step(logits[:, -1:].argmax(-1), cache=cache)
+        reads = _counted(monkeypatch)
+        with profile() as prof:
+            step(logits[:, -1:].argmax(-1), cache=cache)
+    dense = sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+    return dense, reads
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_eager_decode_step_reads_nothing_back(name, monkeypatch):
+    lm = _lm(name)
+    dense, reads = _step(lm, lm, monkeypatch)
+    assert dense == 0 and len(reads) <= 1, reads
+    assert reads == []  # the count and every position's bounds are known on the host
+
+
+def test_the_counting_sees_a_read(monkeypatch):
+    # the same step after something forgot what the host knew: the count is read, once
+    lm = _lm("rope")
+    cache = lm.new_cache(2, 16, static=True)
+    with torch.no_grad():
+        lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache)
+        cache.filled.add_(0)  # an in-place change: its remembered value is forgotten
+        reads = _counted(monkeypatch)
+        lm(torch.tensor([[7], [8]]), cache=cache)
+    assert reads == ["bounds"]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", ["rope", "alibi", "mrope", "sinusoidal", "pope"])
+def test_a_compiled_decode_step_reads_nothing_but_in_the_checking_op(name, monkeypatch):
+    torch._dynamo.reset()
+    lm = _lm(name)
+    dense, reads = _step(lm, torch.compile(lm, fullgraph=True), monkeypatch)
+    assert dense == 0
+    assert set(reads) <= {"checked_positions"}  # its CPU branch; on CUDA a device assert
