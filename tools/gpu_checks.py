@@ -22,6 +22,7 @@ import argparse
 import json
 import subprocess
 import sys
+import traceback
 import warnings
 
 import torch
@@ -57,17 +58,32 @@ def _lm(name):
     return lm.to("cuda", torch.bfloat16).eval()
 
 
+WHERE = []  # where each synchronising call came from (the Python stack)
+
+
 def _syncs(fn):
-    """Synchronising CUDA calls made by ``fn()`` (sync debug mode "warn")."""
+    """Synchronising CUDA calls made by ``fn()`` (sync debug mode "warn"), with their stacks."""
     torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    shown = warnings.showwarning
+
+    def note(message, *args, **kwargs):
+        if "synchroniz" in str(message):
+            WHERE.append("".join(traceback.format_stack(limit=12)[:-2]))
+
+    warnings.showwarning = note
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = note
+            before = len(WHERE)
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                fn()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            return len(WHERE) - before
+    finally:
+        warnings.showwarning = shown
 
 
 def _greedy(step, cache, prompt, new):
@@ -79,7 +95,7 @@ def _greedy(step, cache, prompt, new):
     return torch.cat(toks, 1)
 
 
-def check(name):
+def check(name, compiled=True):
     lm = _lm(name)
     torch.manual_seed(1)
     prompt = torch.randint(0, VOCAB, (2, 16), device="cuda")
@@ -91,7 +107,7 @@ def check(name):
         lm(nxt, cache=cache)  # warm
         row["eager_syncs"] = _syncs(lambda: lm(nxt, cache=cache))
         eager = _greedy(lm, cache, prompt, 24)
-        if name in COMPILED:
+        if compiled and name in COMPILED:
             torch._dynamo.reset()
             step = torch.compile(lm, fullgraph=True)
             compiled = _greedy(step, cache, prompt, 24)  # compiles prefill and decode
@@ -137,11 +153,14 @@ def device_assert():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out")
+    parser.add_argument("--no-compile", action="store_true", help="eager checks only")
     args = parser.parse_args(argv)
     rows = [{"device": torch.cuda.get_device_name(), "torch": torch.__version__}]
-    for name in ENCODINGS:
-        rows.append(check(name))
+    for i, name in enumerate([*ENCODINGS, "rope"]):  # RoPE again last: a first use shows once
+        rows.append(check(name, compiled=not args.no_compile and i < len(ENCODINGS)))
         print(json.dumps(rows[-1]), flush=True)
+    rows.append({"sync_stacks": WHERE[:4]})
+    print(*WHERE[:4], sep="\n----\n", flush=True)
     rows.append(device_assert())
     print(json.dumps(rows[-1]), flush=True)
     if args.out:

@@ -126,9 +126,10 @@ class XPos(RotaryEmbedding):
     def _scaled(self, name, positions, dtype, sign, device):
         positions = self._check_window(name, positions, dtype)
         cs = self._lookup(positions, dtype, device=device)  # (b|1, seq, r/2, 2)
-        pos = position_tensor(positions, self.log_zeta.device).to(torch.float64)
+        pos = position_tensor(positions, cs.device).to(torch.float64)  # where the input is
         power = sign * (pos[..., None] - self.center) / self.scale_base  # (b|1, seq, 1)
-        return cs * torch.exp(power * self.log_zeta).to(cs.dtype)[..., None]
+        decay = torch.exp(power * self.log_zeta.to(cs.device))  # (b|1, seq, r / 2)
+        return cs * decay.to(cs.dtype)[..., None]
 
     def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
         """Rotate and scale ``q`` (by ``+``) and ``k`` (by ``-``) at their positions.
