@@ -157,7 +157,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows = [{"device": torch.cuda.get_device_name(), "torch": torch.__version__}]
     for i, name in enumerate([*ENCODINGS, "rope"]):  # RoPE again last: a first use shows once
-        rows.append(check(name, compiled=not args.no_compile and i < len(ENCODINGS)))
+        try:
+            rows.append(check(name, compiled=not args.no_compile and i < len(ENCODINGS)))
+        except Exception as err:  # one failing encoding must not hide the others
+            rows.append({"encoding": name, "error": f"{type(err).__name__}: {err}"[-600:]})
         print(json.dumps(rows[-1]), flush=True)
     rows.append({"sync_stacks": WHERE[:4]})
     print(*WHERE[:4], sep="\n----\n", flush=True)

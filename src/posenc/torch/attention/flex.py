@@ -25,11 +25,12 @@ def flex_attention_compiled(device_type="cpu"):
     if torch.compiler.is_compiling():  # already inside the user's torch.compile
         return flex_attention
     if device_type not in _FLEX:
-        # CPU: static shapes, inductor's CPU flex lowering fails on symbolic ones (torch
-        # 2.13). CUDA: automatic dynamic shapes, so growing lengths compile once more, not
-        # once per length.
-        dynamic = False if device_type == "cpu" else None
-        _FLEX[device_type] = torch.compile(flex_attention, dynamic=dynamic)
+        # Static shapes on every device. Symbolic ones fail in inductor's flex lowering: on
+        # the CPU (torch 2.13), and on CUDA once automatic dynamic shapes generalise the
+        # tensors one score_mod captures after another's (seen on an H200, torch 2.11: T5
+        # after ALiBi). Decoding attends over the whole preallocated cache, so its shapes do
+        # not change between steps; a new prefill length compiles once more.
+        _FLEX[device_type] = torch.compile(flex_attention, dynamic=False)
     return _FLEX[device_type]
 
 
