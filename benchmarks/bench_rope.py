@@ -68,6 +68,7 @@ def build_impls(shape, dtype, compile_too):
     rot_inter = RotaryEmbedding(d, base=BASE, max_len=s, pairing="interleaved")
     outs = (torch.empty_like(q), torch.empty_like(k))
     ours["posenc half"] = lambda: rot_half.rope(q, k)
+    ours["posenc interleaved"] = lambda: rot_inter.rope(q, k)  # a new output, as Meta's
     ours["posenc half, out="] = lambda: rot_half.rope(q, k, out=outs)
     ours["posenc interleaved, out="] = lambda: rot_inter.rope(q, k, out=outs)
     # what MultiHeadAttention does with its fresh projections (eager, no autograd)
