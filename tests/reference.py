@@ -35,7 +35,7 @@ def linear(x, lin):
 
 def mha(
     attn, x, positions, padding_mask=None, *, rope=None, encode_qk=None, scores=None, bias=None,
-    causal=True,
+    causal=True, window=None, chunk=None, softmax_factor=1.0,
 ):  # fmt: skip
     """``attn`` on ``x`` (batch, seq, dim); ``positions`` int (batch, seq).
 
@@ -43,7 +43,9 @@ def mha(
     ``encode_qk``: a function ``(q, k, positions (batch, 1, seq)) -> (q, k)`` instead;
     ``scores``: a function ``(q, k, positions (batch, seq)) -> (batch, heads, seq, seq)``
     replacing ``q . k`` (then scaled by ``1 / sqrt(head_dim)``), e.g. PoPE's;
-    ``bias``: a function ``(q_pos, k_pos) -> (batch|1, heads|1, seq, seq)`` added to scores.
+    ``bias``: a function ``(q_pos, k_pos) -> (batch|1, heads|1, seq, seq)`` added to scores;
+    ``window`` / ``chunk``: query slot ``i`` sees key slot ``j`` only if ``i - window < j`` /
+    ``i // chunk == j // chunk``; ``softmax_factor`` multiplies ``1 / sqrt(head_dim)``.
     """
     b, n, _ = x.shape
     h, kvh, hd = attn.heads, attn.kv_heads, attn.head_dim
@@ -56,7 +58,13 @@ def mha(
     if encode_qk is not None:
         q, k = encode_qk(q, k, positions[:, None, :])
     allowed = posenc.causal_mask(n) if causal else np.ones((n, n), bool)
+    i, j = np.arange(n)[:, None], np.arange(n)[None]
+    if window is not None:
+        allowed = allowed & (j > i - window)
+    if chunk is not None:
+        allowed = allowed & (i // chunk == j // chunk)
     allowed = np.broadcast_to(allowed, (b, 1, n, n))
+    q = q * softmax_factor
     if padding_mask is not None:
         allowed = (allowed & padding_mask[:, None, None, :]) | np.eye(n, dtype=bool)
     scores_bias = None if bias is None else bias(positions, positions)
@@ -68,11 +76,12 @@ def mha(
     return linear(out.transpose(0, 2, 1, 3).reshape(b, n, h * hd), attn.out)
 
 
-def lm(model, idx, positions=None, padding_mask=None, *, table=None, **encoding):
+def lm(model, idx, positions=None, padding_mask=None, *, table=None, layers=None, **encoding):
     """Logits of ``model`` (a TransformerLM) for ``idx`` (batch, seq), in float64 NumPy.
 
     ``table``: the absolute table added to the embeddings (rows by position), if any;
-    ``encoding``: keyword arguments of :func:`mha` (``rope``, ``encode_qk``, ``bias``).
+    ``encoding``: keyword arguments of :func:`mha` (``rope``, ``encode_qk``, ``bias``...),
+    the same for every layer, or ``layers``: one such dict per layer.
     """
     idx = np.asarray(idx)
     b, n = idx.shape
@@ -80,10 +89,11 @@ def lm(model, idx, positions=None, padding_mask=None, *, table=None, **encoding)
     x = _np(model.embed.weight)[idx]  # (b, n, dim)
     if table is not None:
         x = x + table[positions]
-    for block in model.blocks:
+    layers = [encoding] * len(model.blocks) if layers is None else layers
+    for block, kw in zip(model.blocks, layers, strict=True):
         x = x + mha(
             block.attn, layer_norm(x, block.norm1), positions, padding_mask,
-            causal=model.causal, **encoding,
+            causal=model.causal, **kw,
         )  # fmt: skip
         hidden = gelu(linear(layer_norm(x, block.norm2), block.mlp[0]))
         x = x + linear(hidden, block.mlp[2])

@@ -33,13 +33,16 @@ from posenc.torch import (
     KERPLE,
     ALiBi,
     AxialRotaryEmbedding,
+    ChannelSlice,
     LearnedEncoding,
     MRoPE,
     NoPE,
     PoPE,
+    QueryTemperature,
     RotaryEmbedding,
     SinusoidalEncoding,
     SinusoidalEncoding2D,
+    SoftmaxFactor,
     T5RelativeBias,
     TransformerLM,
     XPos,
@@ -75,6 +78,11 @@ MATRIX = {
                    message="must be non-negative"),
     "fire": Case(lambda: FIRE(H, hidden=4), "scores", limit=None,
                  message="must be non-negative"),
+    "channel_slice": Case(lambda: ChannelSlice(RotaryEmbedding(4, max_len=32), start=4), "qk"),
+    "temperature": Case(lambda: QueryTemperature(RotaryEmbedding(HD, max_len=32), scale=0.5,
+                                                 floor=3, shift=1), "qk"),
+    "softmax_factor": Case(lambda: SoftmaxFactor(KERPLE(H, variant="power"), factor=1.5),
+                           "scores", limit=None, message="must be non-negative"),
 }  # fmt: skip
 NAMES = list(MATRIX)
 

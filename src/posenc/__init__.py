@@ -32,6 +32,7 @@ from posenc.encodings.input.sinusoidal_2d import sinusoidal_2d
 from posenc.encodings.qk.pope import pope_frequencies, pope_scores
 from posenc.encodings.qk.rope import rope, rope_frequencies
 from posenc.encodings.qk.rope_nd import axial_frequencies, mrope_frequencies, rope_nd
+from posenc.encodings.qk.temperature import query_temperature
 from posenc.encodings.qk.xpos import xpos, xpos_decay
 from posenc.encodings.scores.bias import alibi_bias, alibi_slopes, t5_buckets
 from posenc.encodings.scores.learned_bias import fire_bias, kerple_bias
@@ -52,6 +53,7 @@ __all__ = [
     "permutation_matrix",
     "pope_frequencies",
     "pope_scores",
+    "query_temperature",
     "rope",
     "rope_frequencies",
     "rope_nd",

@@ -14,9 +14,10 @@ resolved when first asked for, so this package never imports the bridge.
 """
 
 from posenc.scaling.base import NTK, DynamicNTK, Linear, Scaling
-from posenc.scaling.per_pair import Llama3, LongRoPE, Proportional, YaRN
+from posenc.scaling.per_pair import Llama3, LongRoPE, Proportional, YaRN, yarn_mscale
 
 __all__ = ["Scaling", "Linear", "NTK", "DynamicNTK", "YaRN", "Llama3", "LongRoPE", "Proportional"]
+__all__ += ["yarn_mscale"]
 __all__ += ["from_hf"]
 
 

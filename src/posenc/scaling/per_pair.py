@@ -15,7 +15,19 @@ import numpy as np
 from posenc._checks import check_dim, check_int, check_positive
 from posenc.scaling.base import Scaling, _default_inv_freq
 
-__all__ = ["YaRN", "Llama3", "LongRoPE", "Proportional"]
+__all__ = ["YaRN", "Llama3", "LongRoPE", "Proportional", "yarn_mscale"]
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature ``0.1 * mscale * ln(factor) + 1`` (1 for ``factor <= 1``).
+
+    Examples
+    --------
+    >>> from posenc.scaling import yarn_mscale
+    >>> round(yarn_mscale(40.0, 1.0), 4)
+    1.3689
+    """
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 @dataclass(frozen=True)
@@ -65,9 +77,7 @@ class YaRN(Scaling):
                 check_positive(name, value)
 
     def _scale(self):
-        def get_mscale(scale, m=1.0):
-            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
+        get_mscale = yarn_mscale
         if self.attention_factor is not None:
             return float(self.attention_factor)
         if self.mscale and self.mscale_all_dim:  # both truthy, as in HF

@@ -25,29 +25,37 @@ from posenc.torch.encodings.qk.pope import PoPE
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.encodings.qk.rope_apply import apply_rope
 from posenc.torch.encodings.qk.rope_nd import AxialRotaryEmbedding, MRoPE
+from posenc.torch.encodings.qk.temperature import QueryTemperature
 from posenc.torch.encodings.qk.xpos import XPos
 from posenc.torch.encodings.scores.bias import ALiBi, T5RelativeBias
 from posenc.torch.encodings.scores.learned_bias import FIRE, KERPLE
+from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
 from posenc.torch.model.lm import TransformerLM
 from posenc.torch.model.mha import MultiHeadAttention
+from posenc.torch.model.schedule import Layer, Schedule
 from posenc.torch.positions import as_positions, position_tensor
 
 __all__ = [
     "ALiBi",
     "AxialRotaryEmbedding",
+    "ChannelSlice",
     "FIRE",
     "KERPLE",
     "T5RelativeBias",
     "KVCache",
+    "Layer",
     "LearnedEncoding",
     "MRoPE",
     "MultiHeadAttention",
     "NoPE",
     "PoPE",
     "PositionalEncoding",
+    "QueryTemperature",
     "RotaryEmbedding",
+    "Schedule",
     "SinusoidalEncoding",
     "SinusoidalEncoding2D",
+    "SoftmaxFactor",
     "StaticKVCache",
     "TransformerLM",
     "XPos",

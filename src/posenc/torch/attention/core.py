@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
-from posenc.torch.attention.mask import _mask, release
+from posenc.torch.attention.mask import _mask, check_limits, release
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
 from posenc.torch.positions import position_arg
@@ -122,8 +122,9 @@ def check_padding_mask(padding_mask, batch, seq):
 
 
 def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backend, dtype, device,
-         cache=None, start=0, full_kv=False) -> Step:  # fmt: skip
-    """The mask (or score_mod and block mask) of one step, built once for all its layers."""
+         cache=None, start=0, full_kv=False, limits=(None, None)) -> Step:  # fmt: skip
+    """The mask (or score_mod and block mask) of one step, built once for all its layers of
+    one kind (``limits``: their sliding window and chunk)."""
     backend = resolve_backend(backend, encoding, device)
     if backend == "flex" and dtype not in FLEX_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in FLEX_DTYPES)
@@ -133,7 +134,7 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
         try:
             step.mask, step.is_causal = _mask(
                 encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device,
-                step, q_start=start if full_kv else None,
+                step, q_start=start if full_kv else None, limits=limits,
             )  # fmt: skip
         except Exception:
             release(step)
@@ -141,7 +142,7 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
     else:
         step.score_mod, step.block_mask = flex_plan(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
-            q_start=start if full_kv else None, device=device,
+            q_start=start if full_kv else None, device=device, limits=limits,
         )  # fmt: skip
     return step
 
@@ -157,6 +158,8 @@ def attend(
     causal=True,
     padding_mask=None,
     backend="auto",
+    window=None,
+    chunk=None,
 ):
     """Attention with a positional encoding: the functional core of :class:`MultiHeadAttention`.
 
@@ -186,6 +189,10 @@ def attend(
         ``"sdpa"``: one float mask; ``"flex"``: FlexAttention with the encoding's
         ``score_mod`` (compiled on first use; inference only on the CPU); ``"auto"``
         (default): ``"flex"`` for score biases on CUDA, else ``"sdpa"``.
+    window : int, optional
+        Sliding window: each query sees only the last ``window`` key slots up to its own.
+    chunk : int, optional
+        Chunked attention: each query sees only the keys of its chunk of ``chunk`` slots.
 
     Returns
     -------
@@ -230,7 +237,7 @@ def attend(
     q, k = enc.encode_qk(q, k, q_pos, k_pos)
     step = plan(
         enc, q_pos, k_pos, causal=causal, key_valid=valid, heads=h, backend=backend,
-        dtype=q.dtype, device=q.device,
+        dtype=q.dtype, device=q.device, limits=check_limits(window, chunk),
     )  # fmt: skip
     try:
         return _run(q, k, v, step, enc.softmax_scale(hd))

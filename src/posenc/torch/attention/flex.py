@@ -34,19 +34,31 @@ def flex_attention_compiled(device_type="cpu"):
     return _FLEX[device_type]
 
 
-def _causal_block_mask(seq_q, seq_k, offset, device):
-    """The causal ``BlockMask`` (queries at slots ``offset ..``), cached by shape: building
-    one costs more than a small attention call (32 ms at 256 x 256 on a 2-core CPU)."""
+def _within(ok, kv_idx, slot, limits):
+    """``ok`` and the sliding window and chunk of ``limits``: the slots a query may see."""
+    window, chunk = limits
+    if window is not None:
+        ok = ok & (kv_idx > slot - window)
+    if chunk is not None:
+        ok = ok & (kv_idx // chunk == slot // chunk)
+    return ok
+
+
+def _causal_block_mask(seq_q, seq_k, offset, device, limits=(None, None)):
+    """The causal ``BlockMask`` (queries at slots ``offset ..``; a sliding window or chunks
+    too), cached by shape: building one costs more than a small attention call (32 ms at
+    256 x 256 on a 2-core CPU)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     device = torch.device("cpu") if device is None else torch.device(device)
-    key = (seq_q, seq_k, offset, str(device))
+    key = (seq_q, seq_k, offset, str(device), limits)
     mask = _MASKS.get(key)
     if mask is None:
         shift = torch.tensor(offset, device=device)
 
         def causal(b, h, q_idx, kv_idx):
-            return kv_idx <= q_idx + shift
+            slot = q_idx + shift
+            return _within(kv_idx <= slot, kv_idx, slot, limits)
 
         mask = create_block_mask(causal, None, None, seq_q, seq_k, device=device)
         with _MASKS_LOCK:  # threads share the cache: evict and insert as one step
@@ -65,8 +77,9 @@ def _mask_device(device, key_valid, q_start):
 
 
 def flex_plan(
-    encoding, q_positions, k_positions, *, causal, key_valid=None, q_start=None, device=None
-):
+    encoding, q_positions, k_positions, *, causal, key_valid=None, q_start=None, device=None,
+    limits=(None, None),
+):  # fmt: skip
     """The encoding's ``score_mod`` and a causal/padding ``BlockMask`` for FlexAttention.
 
     Same semantics as :func:`attention_mask`: causal aligned to the end, padding keys
@@ -89,6 +102,8 @@ def flex_plan(
     device : torch.device, optional
         Where the block mask lives; default: with ``key_valid`` or a tensor ``q_start``,
         their device, else the CPU (never torch's default or current device).
+    limits : tuple
+        ``(window, chunk)``: a sliding window and chunked attention (``None``: none).
 
     Returns
     -------
@@ -101,12 +116,12 @@ def flex_plan(
 
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     score_mod = encoding.score_mod(q_positions, k_positions)
-    if not causal and key_valid is None:
+    if not causal and key_valid is None and limits == (None, None):
         return score_mod, None
-    plain = key_valid is None and not isinstance(q_start, torch.Tensor)
+    plain = causal and key_valid is None and not isinstance(q_start, torch.Tensor)
     if plain and not torch.compiler.is_compiling():  # depends on the shape alone: reuse it
         return score_mod, _causal_block_mask(
-            seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device
+            seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device, limits
         )
     device = _mask_device(device, key_valid, q_start)
     offset = seq_k - seq_q if q_start is None else q_start
@@ -115,7 +130,7 @@ def flex_plan(
 
     def visible(b, h, q_idx, kv_idx):
         slot = q_idx + offset
-        ok = kv_idx <= slot if causal else kv_idx >= 0
+        ok = _within(kv_idx <= slot if causal else kv_idx >= 0, kv_idx, slot, limits)
         if key_valid is not None:
             ok = (ok & key_valid[b, kv_idx]) | (kv_idx == slot)
         return ok

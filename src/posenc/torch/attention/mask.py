@@ -15,11 +15,12 @@ import torch
 
 from posenc.torch.positions import len_of
 
-__all__ = ["attention_mask", "release"]
+__all__ = ["attention_mask", "check_limits", "release"]
 
 
 def attention_mask(
-    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None
+    encoding, q_positions, k_positions, *, causal, key_valid=None, heads=None, dtype, device=None,
+    window=None, chunk=None,
 ):  # fmt: skip
     """The float mask SDPA adds to the scores: causal, padding and the encoding's bias.
 
@@ -46,6 +47,12 @@ def attention_mask(
         rounded once to ``dtype``; SDPA adds it to float32 accumulators.
     device : torch.device, optional
         Where the mask is built.
+    window : int, optional
+        Sliding window: key slot ``j`` is visible to query slot ``i`` only if
+        ``i - window < j`` (Mistral's, Gemma's local layers).
+    chunk : int, optional
+        Chunked attention: only keys in the query's chunk of ``chunk`` slots are visible
+        (Llama 4's local layers).
 
     Returns
     -------
@@ -54,15 +61,18 @@ def attention_mask(
     is_causal : bool
         Whether SDPA's own causal path applies (only when ``mask`` is ``None``).
     """
-    return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device)
+    limits = check_limits(window, chunk)
+    return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device,
+                 limits=limits)  # fmt: skip
 
 
 def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None,
-          q_start=None):  # fmt: skip
+          q_start=None, limits=(None, None)):  # fmt: skip
     """:func:`attention_mask`; with a ``step``, score biases may go into a per-thread
     workspace that the step holds until :func:`release` (nobody else writes it meanwhile).
     ``q_start`` (an int or a 0-d tensor): the key slot of the first query, when the keys
-    are a whole static cache buffer rather than ending at the last query."""
+    are a whole static cache buffer rather than ending at the last query. ``limits``:
+    ``(window, chunk)``, each ``None`` or a number of slots."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
@@ -79,12 +89,12 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
             f"{type(encoding).__name__}.score_bias gives {bias.shape[1]} heads, "
             f"attention has {heads}"
         )
-    if bias is None and key_valid is None and q_start is None:
+    if bias is None and key_valid is None and q_start is None and limits == (None, None):
         if not causal or seq_q == 1:
             return None, False
         if seq_q == seq_k:
             return None, True  # SDPA's is_causal aligns to the start: right when sq == sk
-    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start)  # (b|1, 1, sq, sk)
+    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start, limits)  # (b|1,1,sq,sk)
     if allowed is None:
         return bias.to(dtype), False
     hidden = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
@@ -131,15 +141,29 @@ def release(step) -> None:
         step.holds_workspace = False
 
 
-def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None):
+def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None, limits=(None, None)):
     """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all)."""
-    if not causal and key_valid is None:
+    window, chunk = limits
+    if not causal and key_valid is None and limits == (None, None):
         return None
     first = seq_k - seq_q if q_start is None else q_start  # slot of the first query
     i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
     j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
     allowed = (j <= i) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
+    if window is not None:
+        allowed = allowed & (j > i - window)  # the last ``window`` slots up to the query
+    if chunk is not None:
+        allowed = allowed & (j // chunk == i // chunk)  # the query's own chunk
     allowed = allowed[None, None]  # (1, 1, sq, sk)
     if key_valid is not None:
         allowed = (allowed & key_valid[:, None, None, :].to(device)) | (j == i)  # (b, 1, sq, sk)
     return allowed
+
+
+def check_limits(window, chunk) -> tuple:
+    """``(window, chunk)`` after checking each is ``None`` or an int >= 1."""
+    for name, value in (("window", window), ("chunk", chunk)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):  # fmt: skip
+            raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
+    return window, chunk

@@ -1,37 +1,67 @@
-"""One model step's plan with or without a cache: positions, cache slots, then the mask.
+"""One model step's plan with or without a cache: positions, cache slots, then the masks.
 
 Shared by :class:`~posenc.torch.MultiHeadAttention` and :class:`~posenc.torch.TransformerLM`:
-the positions of the ``n`` new tokens (given, or continued from the cache), the slots they
-take in the cache and the keys they see, then the attention core's :func:`plan` for them.
+:func:`place` gives the positions of the ``n`` new tokens (given, or continued from the
+cache), the slots they take in the cache and the keys they see, once per step; then
+:func:`plan_layer` plans the attention core's mask for one kind of layer (its encoding,
+sliding window and chunk) from them, once per kind.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from posenc.torch.attention.core import Step, check_padding_mask, plan, resolve_backend
 from posenc.torch.positions import position_arg
 
-__all__ = ["plan_step"]
+__all__ = ["Placed", "place", "plan_layer", "plan_step"]
+
+
+@dataclass
+class Placed:
+    """Where one step's tokens go: positions of the new tokens and of the keys they see."""
+
+    q_positions: object  # range or (b|1, n[, axes]) tensor
+    k_positions: object  # range or (b|1, n_keys[, axes]) tensor
+    start: object  # first cache slot of the step (int, or a 0-d tensor for a static cache)
+    key_valid: object  # bool (batch, n_keys) or None
+    cache: object  # KVCache or None
+
+
+def place(axes, batch, n, positions, padding_mask, cache) -> Placed:
+    """Positions and cache slots of ``n`` new tokens (``axes``: coordinates per token)."""
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, batch, n)
+    if cache is None:
+        pos = position_arg(positions, batch, n, axes=axes)
+        return Placed(pos, pos, 0, padding_mask, None)
+    if positions is not None:
+        positions = position_arg(positions, batch, n, axes=axes)
+    start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
+    return Placed(q_pos, k_pos, start, key_valid, cache)
+
+
+def plan_layer(encoding, placed: Placed, *, limits=(None, None), **kw) -> Step:
+    """The attention core's plan for layers of one kind, from a step's :class:`Placed`."""
+    full_kv, k_pos, key_valid, cache = False, placed.k_positions, placed.key_valid, placed.cache
+    start = placed.start
+    if getattr(cache, "static", False):  # keys: the whole buffer, unfilled slots hidden
+        full_kv = True
+        if key_valid is None and not kw["causal"]:  # causal masking alone does not do
+            key_valid = cache.valid & (cache.slots < start + len_new(placed))  # (b, max_len)
+    elif cache is not None and resolve_backend(kw["backend"], encoding, kw["device"]) == "flex":
+        # static shapes: every slot, unfilled ones hidden
+        full_kv, k_pos, key_valid = True, cache.positions, cache.valid
+    return plan(encoding, placed.q_positions, k_pos, key_valid=key_valid, cache=cache,
+                start=start, full_kv=full_kv, limits=limits, **kw)  # fmt: skip
+
+
+def len_new(placed: Placed) -> int:
+    q = placed.q_positions
+    return len(q) if isinstance(q, range) else q.shape[1]
 
 
 def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
-    """Positions and cache slots of ``n`` new tokens, then :func:`plan` (for modules)."""
-    if padding_mask is not None:
-        check_padding_mask(padding_mask, batch, n)
-    full_kv = False
-    axes = encoding.position_axes
-    if cache is None:
-        q_pos = k_pos = position_arg(positions, batch, n, axes=axes)
-        start, key_valid = 0, padding_mask
-    else:
-        if positions is not None:
-            positions = position_arg(positions, batch, n, axes=axes)
-        start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
-        if getattr(cache, "static", False):  # keys: the whole buffer, unfilled slots hidden
-            full_kv = True
-            if key_valid is None and not kw["causal"]:  # causal masking alone does not do
-                key_valid = cache.valid & (cache.slots < start + n)  # (batch, max_len)
-        elif resolve_backend(kw["backend"], encoding, kw["device"]) == "flex":
-            # static shapes: every slot, unfilled ones hidden
-            full_kv, k_pos, key_valid = True, cache.positions, cache.valid
-    return plan(encoding, q_pos, k_pos, key_valid=key_valid, cache=cache, start=start,
-                full_kv=full_kv, **kw)  # fmt: skip
+    """:func:`place` then :func:`plan_layer`: one kind of layer (an attention module)."""
+    placed = place(encoding.position_axes, batch, n, positions, padding_mask, cache)
+    return plan_layer(encoding, placed, **kw)

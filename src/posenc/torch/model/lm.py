@@ -9,16 +9,18 @@ from posenc._checks import check_int
 from posenc.torch.attention.core import check_backend
 from posenc.torch.attention.mask import release
 from posenc.torch.cache.kv import KVCache
-from posenc.torch.cache.step import plan_step
+from posenc.torch.cache.step import place, plan_layer
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.checks import check_encoding
 from posenc.torch.model.mha import (
     MultiHeadAttention,
     _new_cache,
     check_cache,
+    check_one_cache_shape,
     share_encoding,
     tables_after_load,
 )
+from posenc.torch.model.schedule import Schedule
 
 __all__ = ["TransformerLM"]
 
@@ -27,7 +29,7 @@ class _Block(nn.Module):
     def __init__(self, dim, heads, encoding, **attn_kw):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, heads, **attn_kw)
+        self.attn = MultiHeadAttention(dim, heads, **attn_kw)  # window, chunk: the layer's
         share_encoding(self.attn, encoding)  # the model owns it: one state_dict entry
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
@@ -42,8 +44,11 @@ class TransformerLM(nn.Module):
 
     One encoding object serves the whole model and is owned by it (``lm.encoding``, one
     entry per parameter in ``state_dict``): its input hook runs once on the token
-    embeddings, its query/key and score hooks in every attention layer. Each step's
-    positions and attention mask are computed once and shared by all layers.
+    embeddings, its query/key and score hooks in every attention layer. Or a
+    :class:`~posenc.torch.Schedule` gives each layer its own scheme (encoding, sliding
+    window, chunk) and the input its encoding; the model then owns its distinct
+    encodings (``lm.encodings``). Each step's positions are placed once, and its attention
+    mask planned once per kind of layer and shared by the layers of that kind.
 
     Parameters
     ----------
@@ -55,8 +60,11 @@ class TransformerLM(nn.Module):
         Number of blocks.
     heads : int
         Query heads per block.
-    encoding : PositionalEncoding
-        Where and how position enters (:class:`~posenc.torch.NoPE` for none).
+    encoding : PositionalEncoding, optional
+        Where and how position enters (:class:`~posenc.torch.NoPE` for none), the same in
+        every layer.
+    schedule : Schedule, optional
+        Instead of ``encoding``: a scheme per layer (``len(schedule) == depth``).
     kv_heads : int, optional
         Key/value heads per block (grouped-query attention); default ``heads``.
     bias : bool
@@ -89,7 +97,8 @@ class TransformerLM(nn.Module):
         depth: int,
         heads: int,
         *,
-        encoding: PositionalEncoding,
+        encoding: PositionalEncoding | None = None,
+        schedule: Schedule | None = None,
         kv_heads: int | None = None,
         bias: bool = False,
         max_len: int | None = None,
@@ -100,11 +109,28 @@ class TransformerLM(nn.Module):
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=1)
         self.depth = check_int("depth", depth, minimum=1)
         self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
-        self.encoding = check_encoding(encoding)
+        if (encoding is None) == (schedule is None):
+            raise ValueError("give one of encoding= and schedule=, got "
+                             f"{'both' if encoding is not None else 'neither'}")  # fmt: skip
+        if schedule is None:
+            self.encoding = check_encoding(encoding)  # one state_dict entry, as it always was
+            schedule = Schedule.uniform(encoding, self.depth)
+        elif not isinstance(schedule, Schedule):
+            raise ValueError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+        elif len(schedule) != self.depth:
+            raise ValueError(f"schedule must have depth={depth} layers, got {len(schedule)}")
+        else:
+            self.encodings = nn.ModuleList(schedule.encodings)  # the model owns them
+        self.schedule = schedule
         self.causal, self.backend = bool(causal), check_backend(backend)
         kw = {"kv_heads": kv_heads, "bias": bias, "causal": causal, "backend": backend}
         self.embed = nn.Embedding(vocab_size, dim)
-        self.blocks = nn.ModuleList(_Block(dim, heads, encoding, **kw) for _ in range(depth))
+        self.blocks = nn.ModuleList(
+            _Block(dim, heads, schedule.encoding_of(i), window=layer.window, chunk=layer.chunk,
+                   **kw)
+            for i, layer in enumerate(schedule)
+        )  # fmt: skip
+        check_one_cache_shape(self.blocks)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.register_load_state_dict_post_hook(tables_after_load)
@@ -165,19 +191,25 @@ class TransformerLM(nn.Module):
         if cache is not None:
             check_cache(self, cache, self.depth)
         x = self.embed(idx)  # (b, n, dim)
-        options = self.blocks[0].attn._plan_options(x)  # causal, heads, backend, dtype, device
-        step = None
+        steps = {}  # one plan per kind of layer: (encoding, window, chunk) -> Step
         try:
-            step = plan_step(self.encoding, b, n, positions, padding_mask, cache, **options)
-            x = self.encoding.encode_input(x, step.q_positions)  # (b, n, dim)
+            axes = self.blocks[0].attn.encoding.position_axes
+            placed = place(axes, b, n, positions, padding_mask, cache)
+            if self.schedule.input is not None:
+                x = self.schedule.input.encode_input(x, placed.q_positions)  # (b, n, dim)
             for layer, block in enumerate(self.blocks):
-                x = block(x, step, layer)  # (b, n, dim)
+                attn = block.attn
+                kind = (attn.encoding, attn.window, attn.chunk)
+                if kind not in steps:
+                    steps[kind] = plan_layer(attn.encoding, placed, **attn._plan_options(x))
+                x = block(x, steps[kind], layer)  # (b, n, dim)
         except Exception:
             if cache is not None:
                 cache._rollback()  # a failed step leaves the cache as it was
             raise
         finally:
-            release(step)  # the step's mask workspace is free for the next step
+            for step in steps.values():
+                release(step)  # the step's mask workspace is free for the next step
         if cache is not None:
             cache._commit()
         return self.head(self.norm(x))  # (b, n, vocab)

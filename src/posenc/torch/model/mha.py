@@ -11,12 +11,13 @@ from torch import nn
 
 from posenc._checks import check_int
 from posenc.torch.attention.core import _run, check_backend
-from posenc.torch.attention.mask import release
+from posenc.torch.attention.mask import check_limits, release
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.static import StaticKVCache
 from posenc.torch.cache.step import plan_step
 from posenc.torch.encodings.base import NoPE, PositionalEncoding
 from posenc.torch.encodings.checks import check_encoding, check_heads
+from posenc.torch.encodings.derived import DerivedState
 
 __all__ = ["MultiHeadAttention"]
 
@@ -47,6 +48,12 @@ class MultiHeadAttention(nn.Module):
     backend : {"auto", "sdpa", "flex"}
         The attention kernel (``"flex"``: inference only on the CPU; ``"auto"``:
         ``"flex"`` for score biases on CUDA, else ``"sdpa"``).
+    window : int, optional
+        Sliding window: each query sees the last ``window`` key slots up to its own
+        (Mistral, Gemma's local layers).
+    chunk : int, optional
+        Chunked attention: each query sees only the keys of its own chunk of ``chunk``
+        slots (Llama 4's layers with RoPE).
 
     Examples
     --------
@@ -73,8 +80,11 @@ class MultiHeadAttention(nn.Module):
         encoding: PositionalEncoding | None = None,
         causal: bool = True,
         backend: str = "auto",
+        window: int | None = None,
+        chunk: int | None = None,
     ):
         super().__init__()
+        self.window, self.chunk = check_limits(window, chunk)
         self.dim = check_int("dim", dim, minimum=1)
         self.heads = check_int("heads", heads, minimum=1)
         if dim % heads:
@@ -158,7 +168,7 @@ class MultiHeadAttention(nn.Module):
         """Keyword arguments of the step planning for input ``x`` (shared with the model)."""
         return {
             "causal": self.causal, "heads": self.heads, "backend": self.backend,
-            "dtype": x.dtype, "device": x.device,
+            "dtype": x.dtype, "device": x.device, "limits": (self.window, self.chunk),
         }  # fmt: skip
 
     def _attend_step(self, x, step, layer: int) -> torch.Tensor:
@@ -185,9 +195,13 @@ class MultiHeadAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, n, h * hd))  # (b, n, dim)
 
     def extra_repr(self):
+        limits = "".join(
+            f", {name}={value}" for name, value in (("window", self.window), ("chunk", self.chunk))
+            if value is not None
+        )  # fmt: skip
         return (
             f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
-            f"causal={self.causal}, backend={self.backend!r}"
+            f"causal={self.causal}, backend={self.backend!r}{limits}"
         )
 
 
@@ -201,6 +215,16 @@ def _cache_shape(module, layers):
         "layers": layers, "kv_heads": attn.kv_heads, "key_dim": key_dim, "value_dim": hd,
         "dtype": weight.dtype, "device": weight.device, "position_axes": enc.position_axes,
     }  # fmt: skip
+
+
+def check_one_cache_shape(blocks) -> None:
+    """Refuse layers that one cache cannot serve: different key widths or position axes."""
+    shapes = {(_cache_shape(b.attn, 1)["key_dim"], b.attn.encoding.position_axes) for b in blocks}
+    if len(shapes) > 1:
+        raise ValueError(
+            "every layer must cache keys of one width and positions of one number of axes, "
+            f"got (key width, axes) {sorted(shapes)}"
+        )
 
 
 def _new_cache(module, layers, batch, max_len, static=False):
@@ -221,7 +245,9 @@ def tables_after_load(module, incompatible_keys):
     module built on meta) are built next to the loaded weights."""
     weight = module.qkv.weight if isinstance(module, MultiHeadAttention) else module.embed.weight
     if not weight.is_meta:
-        module.encoding._materialize(weight.device)
+        for m in module.modules():
+            if isinstance(m, DerivedState):
+                m._materialize(weight.device)
 
 
 def share_encoding(attn: MultiHeadAttention, encoding: PositionalEncoding) -> None:

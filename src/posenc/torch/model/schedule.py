@@ -1,0 +1,147 @@
+"""A position schedule: the position scheme of every attention layer of a model.
+
+Today's models do not give every layer the same scheme: Gemma 3 alternates sliding-window
+layers (RoPE base 10 000) with global ones (base 1 000 000), Llama 4 leaves every fourth
+layer without RoPE and chunks the attention of the others, Ministral 3 scales its queries.
+A :class:`Schedule` lists, per layer, a :class:`Layer`: the encoding of its queries, keys
+or scores (``None``: none), and the window or chunk its attention is limited to; plus the
+one encoding of the input embeddings. :class:`~posenc.torch.TransformerLM` takes one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from posenc.torch.attention.mask import check_limits
+from posenc.torch.encodings.base import NoPE, PositionalEncoding
+from posenc.torch.encodings.checks import check_encoding
+
+__all__ = ["Layer", "Schedule"]
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """The position scheme of one attention layer.
+
+    Parameters
+    ----------
+    encoding : PositionalEncoding, optional
+        Acts on the layer's queries and keys or its scores; ``None``: no position (NoPE).
+        Layers that should share one encoding (and its parameters) pass the same object.
+    window : int, optional
+        Sliding window: each query sees the last ``window`` key slots up to its own.
+    chunk : int, optional
+        Chunked attention: each query sees only the keys of its own chunk of ``chunk``
+        slots (Llama 4).
+    """
+
+    encoding: PositionalEncoding | None = None
+    window: int | None = None
+    chunk: int | None = None
+
+    def __post_init__(self):
+        if self.encoding is not None:
+            check_encoding(self.encoding)
+        check_limits(self.window, self.chunk)
+
+    @property
+    def limits(self) -> tuple:
+        return (self.window, self.chunk)
+
+
+class Schedule:
+    """The position scheme of every layer of a model, and of its input.
+
+    Parameters
+    ----------
+    layers : sequence of Layer
+        One per attention layer, in order.
+    input : PositionalEncoding, optional
+        Added to the token embeddings once, before the first layer (sinusoidal, learned).
+
+    Examples
+    --------
+    >>> from posenc.torch import Layer, RotaryEmbedding, Schedule
+    >>> local, far = RotaryEmbedding(16, base=1e4), RotaryEmbedding(16, base=1e6)
+    >>> s = Schedule([Layer(local, window=512)] * 5 + [Layer(far)])  # Gemma 3's pattern
+    >>> len(s), len(s.kinds), len(s.encodings)
+    (6, 2, 2)
+    """
+
+    def __init__(self, layers, *, input=None):
+        self.layers = tuple(layers)
+        if not self.layers:
+            raise ValueError("layers must hold at least one Layer, got none")
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, Layer):
+                raise ValueError(f"layers[{i}] must be a Layer, got {type(layer).__name__}")
+            enc = layer.encoding
+            if enc is not None and "input" in enc.places and enc is not input:
+                raise ValueError(
+                    f"layers[{i}].encoding {type(enc).__name__} acts on the input "
+                    "embeddings: pass it as input="
+                )
+        if input is not None and set(check_encoding(input).places) - {"input"}:
+            raise ValueError(
+                f"input must act on the input embeddings only, {type(input).__name__} "
+                f"acts at {input.places}"
+            )
+        self.input = input
+        axes = {e.position_axes for e in self.encodings}
+        if len(axes) > 1:
+            raise ValueError(
+                f"every encoding must read the same number of position axes, got {sorted(axes)}"
+            )
+
+    @classmethod
+    def uniform(cls, encoding, depth) -> Schedule:
+        """Every layer with ``encoding`` (also the input's, if it acts there)."""
+        check_encoding(encoding)
+        acts_on_input = "input" in encoding.places
+        return cls([Layer(encoding)] * depth, input=encoding if acts_on_input else None)
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __iter__(self):
+        return iter(self.layers)
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def encoding_of(self, i) -> PositionalEncoding:
+        """Layer ``i``'s encoding (a shared :class:`NoPE` where it has none)."""
+        enc = self.layers[i].encoding
+        return _NOPE if enc is None else enc
+
+    @property
+    def kinds(self) -> dict:
+        """``{(encoding, window, chunk): [layer indices]}``: layers that share one mask plan."""
+        kinds = {}
+        for i, layer in enumerate(self.layers):
+            key = (self.encoding_of(i), layer.window, layer.chunk)
+            kinds.setdefault(key, []).append(i)
+        return kinds
+
+    @property
+    def encodings(self) -> list:
+        """The distinct encoding objects, the input's first (each once, in order)."""
+        found = [] if self.input is None else [self.input]
+        for layer in self.layers:
+            enc = layer.encoding
+            if enc is not None and not any(enc is e for e in found):
+                found.append(enc)
+        return found
+
+    def __repr__(self):
+        rows = ", ".join(
+            f"{type(layer.encoding).__name__ if layer.encoding is not None else 'NoPE'}"
+            + (f"(window={layer.window})" if layer.window else "")
+            + (f"(chunk={layer.chunk})" if layer.chunk else "")
+            for layer in self.layers
+        )
+        inp = "" if self.input is None else f", input={type(self.input).__name__}"
+        return f"Schedule([{rows}]{inp})"
+
+
+_NOPE = NoPE()
