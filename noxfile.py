@@ -120,12 +120,20 @@ def experiments(session: nox.Session) -> None:
     docs/developers.md). ``nox -s experiments -- --quick`` runs the miniature (under 3
     minutes) into a temporary file and prints its table. Other arguments go to ``run``
     (``--shard 1/4``, ``--out``, ``--device cuda``, ``--steps``...).
+
+    ``nox -s experiments -- text`` runs (or resumes) the text study of Part 6 instead: 12
+    encodings x 5 seeds of byte-level models on the standard library's source, RoPE's
+    extensions included, into benchmarks/results/text_study.jsonl (about 2.5 hours of
+    2-core CPU); ``-- text --quick`` a miniature in a temporary file.
     """
     _install(session, "experiments")
     args = list(session.posargs)
+    command = "run"
+    if args[:1] == ["text"]:  # the text study: nox -s experiments -- text [--quick ...]
+        command, args = "text", args[1:]
     if "--jobs" not in args:
         args += ["--jobs", "2"]
-    session.run("python", "-m", "posenc.experiments", "run", *args)
+    session.run("python", "-m", "posenc.experiments", command, *args)
 
 
 @nox.session(python=PYTHON)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m posenc.experiments {run,merge,table,compare,rerun} ...``.
+"""Command line: ``python -m posenc.experiments {run,text,merge,table,compare,rerun} ...``.
 
 Every bad argument is answered with a usage message (exit status 2) before any training.
 """
@@ -19,6 +19,7 @@ from posenc.experiments.tasks import TASKS
 from posenc.experiments.train import Config
 
 DEFAULT_OUT = "benchmarks/results/length_generalisation.jsonl"
+TEXT_OUT = "benchmarks/results/text_study.jsonl"
 SEEDS = [0, 1, 2, 3, 4]
 QUICK = {"encodings": ["nope", "rope", "alibi"], "seeds": [0]}
 ORDER = list(ENCODINGS) + list(VARIANTS)
@@ -75,6 +76,7 @@ def _parser(defaults):
         kind = int if isinstance(value, tuple) else type(value)
         run.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
                          nargs="+" if isinstance(value, tuple) else None)  # fmt: skip
+    _text_parser(sub)
     mer = sub.add_parser("merge", help="join result files (shards) into one")
     mer.add_argument("out")
     mer.add_argument("inputs", nargs="+")
@@ -107,6 +109,50 @@ def _parser(defaults):
     return parser
 
 
+def _text_parser(sub):
+    from posenc.experiments.text_run import TEXT_SEEDS
+    from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig
+
+    text = sub.add_parser("text", help="run (or resume) the text study")
+    text.add_argument("--encodings", nargs="+", default=list(TEXT_ENCODINGS),
+                      choices=list(TEXT_ENCODINGS))  # fmt: skip
+    text.add_argument("--seeds", nargs="+", type=_natural, default=list(TEXT_SEEDS))
+    text.add_argument("--jobs", type=_positive, default=2, help="local worker processes")
+    text.add_argument("--shard", type=_shard, default=(1, 1), help="i/n: as for run")
+    text.add_argument("--out", default=None, help=f"results file (default {TEXT_OUT}; with "
+                      "--quick a new temporary file)")  # fmt: skip
+    text.add_argument("--quick", action="store_true", help="miniature: a few steps")
+    text.add_argument("--no-progress", action="store_true")
+    for f in fields(TextConfig):
+        value = getattr(TextConfig(), f.name)
+        kind = int if isinstance(value, tuple) else type(value)
+        text.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
+                          nargs="+" if isinstance(value, tuple) else None)  # fmt: skip
+
+
+def _text(parser, args, argv):
+    from posenc.experiments.text_run import quick_text_config, run_text, text_jobs
+    from posenc.experiments.text_study import TextConfig
+
+    given = {f.name: getattr(args, f.name) for f in fields(TextConfig)}
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
+    try:
+        config = replace(quick_text_config(TextConfig()) if args.quick else TextConfig(), **given)
+        jobs = text_jobs(args.encodings, args.seeds, args.shard)
+        out = args.out or (
+            os.path.join(tempfile.mkdtemp(prefix="posenc-quick-"), "text.jsonl")
+            if args.quick
+            else TEXT_OUT
+        )
+        check_out(out, config)
+    except ValueError as err:
+        parser.error(str(err))
+    rows = run_text(jobs, config, out, processes=args.jobs, progress=not args.no_progress,
+                    command="python -m posenc.experiments " + " ".join(argv))  # fmt: skip
+    print(f"{len(rows)} rows in {out}")
+    return 0
+
+
 def _file(parser, path):
     rows = load(path) if os.path.isfile(path) else None
     if not rows:
@@ -137,6 +183,8 @@ def main(argv=None):
         return 0
     if args.command == "rerun":
         return _rerun(parser, args)
+    if args.command == "text":
+        return _text(parser, args, sys.argv[1:] if argv is None else argv)
     return _run(parser, args, defaults, sys.argv[1:] if argv is None else argv)
 
 

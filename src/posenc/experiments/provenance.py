@@ -88,7 +88,13 @@ def machine(command) -> dict:
     except (OSError, StopIteration):
         pass
     return {
-        "machine": {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "blas": _blas(),
+        },  # fmt: skip
         "versions": {
             "posenc": posenc.__version__,
             "torch": torch.__version__,
@@ -96,6 +102,47 @@ def machine(command) -> dict:
         },  # fmt: skip
         "command": command,
     }
+
+
+def _blas() -> str | None:
+    """The BLAS torch was built with (``BLAS_INFO`` of ``torch.__config__.show()``)."""
+    import re
+
+    import torch
+
+    found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return found.group(1) if found else None
+
+
+def machine_notes(row) -> list[str]:
+    """Why a rerun here may differ from ``row`` although the code is the same: another CPU
+    capability (float sums differ between AVX2 and AVX-512 kernels, and training amplifies
+    them), another BLAS, torch or CPU.
+
+    Examples
+    --------
+    >>> machine_notes({"machine": {}})  # an older row that records no capability
+    ['the row records no CPU capability: a rerun on another CPU kind may differ']
+    """
+    import torch
+
+    here = machine(None)
+    row_machine, notes = row.get("machine") or {}, []
+    if row_machine.get("capability") is None:
+        notes.append("the row records no CPU capability: a rerun on another CPU kind may differ")
+    elif row_machine["capability"] != here["machine"]["capability"]:
+        notes.append(
+            f"the row ran with {row_machine['capability']} kernels, this machine runs "
+            f"{here['machine']['capability']}: float sums differ with the SIMD width and "
+            "training amplifies them (the likely cause of any difference)"
+        )
+    for key in ("blas", "cpu"):
+        if row_machine.get(key) not in (None, here["machine"][key]):
+            notes.append(f"{key}: {row_machine[key]} in the row, {here['machine'][key]} here")
+    torch_row = (row.get("versions") or {}).get("torch")
+    if torch_row not in (None, torch.__version__):
+        notes.append(f"torch: {torch_row} in the row, {torch.__version__} here")
+    return notes
 
 
 def mismatch(row, expected) -> list[str]:

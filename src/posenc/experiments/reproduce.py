@@ -2,8 +2,10 @@
 
 Training is deterministic on CPU as the harness runs it (one thread, the model seeded
 with ``torch.manual_seed(seed)``, the data with a generator of its own), so a row rerun
-with the code of its commit gives the same accuracies, final loss and PoPE deltas bit
-for bit; a difference means other code, another machine or torch build, or a bug.
+with the code of its commit, on the same CPU kind and torch build, gives the same
+accuracies, final loss and PoPE deltas bit for bit. Elsewhere it is one more sample:
+float sums differ between AVX2 and AVX-512 kernels and training amplifies them, so
+:func:`rerun` names a CPU capability, BLAS or torch that differs as the likely cause.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from posenc.experiments.grid import ENCODINGS, VARIANTS, Job, run_job
-from posenc.experiments.provenance import stamp
+from posenc.experiments.provenance import machine_notes, stamp
 from posenc.experiments.results import load
 from posenc.experiments.train import Config
 
@@ -128,6 +130,7 @@ def rerun(path, *, row=None, encoding=None, task=None, seed=None, progress=None)
         notes.append(f"the row was made at commit {target['commit']}"
                      f"{' (dirty)' if target.get('dirty') else ''}; this code is "
                      f"{here['commit']}{' (dirty)' if here['dirty'] else ''}")  # fmt: skip
+    notes += machine_notes(target)
     fresh = {r["encoding"]: r for r in run_job(job, _config(target), progress)}
     committed = {r["encoding"]: r for r in rows if _key_of(r) == _key_of(target)}
     differences, checked = [], set()
