@@ -137,6 +137,21 @@ def experiments(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def atlas(session: nox.Session) -> None:
+    """The model atlas: every position scheme of the pinned transformers against posenc.
+
+    Runs tools/atlas.py (HF's own rotary classes and apply functions, BLOOM's and MPT's
+    ALiBi, T5's buckets, on each config class's defaults) into
+    benchmarks/results/atlas.json, which the "Model atlas" page renders (the docs build does
+    not import transformers). About a minute on 2 cores. ``-- --only llama gemma3`` runs
+    some model directories only.
+    """
+    _install(session, "test")
+    args = list(session.posargs) or []
+    session.run("python", "tools/atlas.py", *args)
+
+
+@nox.session(python=PYTHON)
 def mutation(session: nox.Session) -> None:
     """Mutation testing of src/posenc with mutmut (slow: hours on 2 cores; not run in CI).
 

@@ -251,8 +251,9 @@ def _unexecuted_notebook(app, docname, out_dir):
     return path
 
 
-BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json",
-                 "length_generalisation.jsonl", "length_generalisation_heldout.jsonl"]  # fmt: skip
+BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
+                 "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
+                 "text_study.jsonl"]  # fmt: skip
 
 
 def _copy_bench_results(app, config):

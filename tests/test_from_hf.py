@@ -234,7 +234,7 @@ def hf_frequencies(cfg, module, seq_len):
 
 
 def frequencies(kwargs, seq_len=None):
-    kw = {k: v for k, v in kwargs.items() if k != "max_len"}
+    kw = {k: v for k, v in kwargs.items() if k not in ("max_len", "pairing")}
     return posenc.rope_frequencies(**kw, seq_len=seq_len)
 
 
@@ -509,7 +509,7 @@ def test_no_rope_scaling_gives_no_scaling():
         kwargs = from_hf(cfg)
         assert kwargs["scaling"] is None and kwargs["rotary_dim"] is None
         expected = {"head_dim": 64, "base": 1e4, "scaling": None, "rotary_dim": None}
-        assert kwargs == expected | {"max_len": 3000}
+        assert kwargs == expected | {"max_len": 3000, "pairing": "half"}
     assert from_hf(small(head_dim=32))["head_dim"] == 32
 
 
@@ -612,7 +612,7 @@ def test_partial_rotary_factor_defaults_are_those_of_hf_config_classes():
             continue  # per layer type: from_hf refuses those (tested above)
         want = params.get("partial_rotary_factor", 1.0)
         cfg = {"model_type": model_type}
-        if model_type in defaults.DERIVED_PARTIAL:
+        if model_type in defaults.DERIVED_PARTIAL and model_type not in defaults.LEGACY_PARTIAL:
             with pytest.raises(ValueError, match="config has no partial_rotary_factor"):
                 _hf.partial_factor(cfg, {}, model_type)
         else:

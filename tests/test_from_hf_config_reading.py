@@ -91,10 +91,11 @@ def test_per_layer_rope_parameters_are_refused_by_label_and_by_nesting():
     cfg = small(layer_types=["full_attention", "sliding_attention"])
     cfg["rope_parameters"] = {"full_attention": None, "local": {"rope_type": "default"}}
     with raises_exactly(
-        "rope parameters are given per layer type ['full_attention', 'local']; from_hf reads "
-        "one flat set: pass a config holding one of them as rope_parameters"
+        "rope parameters are given per layer type ['full_attention', 'local']: pass "
+        "layer_type= (one of them), or build the whole model's schedule with Schedule.from_hf"
     ):
         from_hf(cfg)
+    assert from_hf(cfg, layer_type="local")["base"] == 10_000.0  # that type's set
 
 
 def test_a_key_is_a_layer_label_only_when_layer_types_names_it():

@@ -61,7 +61,7 @@ def test_one_text_key_at_the_top_level_is_not_multimodal(key):
     assert kwargs == from_hf(cfg)
     head_dim, base, rotary_dim, max_len = WANT[key]
     want = {"head_dim": head_dim, "base": base, "scaling": None, "rotary_dim": rotary_dim}
-    assert kwargs == want | {"max_len": max_len}
+    assert kwargs == want | {"max_len": max_len, "pairing": "half"}
 
 
 # -- max_position_embeddings and partial_rotary_factor --------------------------------------
@@ -176,7 +176,7 @@ def test_proportional_without_factor_matches_hf():
     cfg = {k: v for k, v in small().items() if k != "rope_theta"} | {"rope_parameters": params}
     kwargs = from_hf(cfg)
     inv_hf, scale_hf = ROPE_INIT_FUNCTIONS["proportional"](AutoConfig.for_model(**cfg), None)
-    kw = {k: v for k, v in kwargs.items() if k != "max_len"}
+    kw = {k: v for k, v in kwargs.items() if k not in ("max_len", "pairing")}
     inv, scale = posenc.rope_frequencies(**kw)
     np.testing.assert_allclose(inv, inv_hf.double().numpy(), rtol=1e-6)
     assert inv[0] == 1.0 and scale == scale_hf == 1.0

@@ -7,13 +7,23 @@ that read RoPE keys their own way -- and are tested against it in ``tests/test_f
 
 * ``defaults``: what transformers' config classes assume where a config is silent;
 * ``config``: reading one setting at a time, refusing by name what cannot be read;
-* ``rope`` / ``mrope``: the keyword arguments of ``RotaryEmbedding`` and ``MRoPE``.
+* ``rope`` / ``mrope``: the keyword arguments of ``RotaryEmbedding`` and ``MRoPE``;
+* ``schedule``: every layer of a model (RoPE or none, window, chunk, temperature, slice).
 
 Depends on :mod:`posenc.scaling`, never the reverse.
 """
 
+from posenc.hf.axial import axial_from_hf
 from posenc.hf.defaults import HF_VERSION, ROPE_TYPES
 from posenc.hf.mrope import mrope_from_hf
 from posenc.hf.rope import from_hf
+from posenc.hf.schedule import schedule_from_hf
 
-__all__ = ["from_hf", "mrope_from_hf", "HF_VERSION", "ROPE_TYPES"]
+__all__ = [
+    "from_hf",
+    "mrope_from_hf",
+    "axial_from_hf",
+    "schedule_from_hf",
+    "HF_VERSION",
+    "ROPE_TYPES",
+]

@@ -15,22 +15,59 @@ from posenc.hf.defaults import (
     CLASS_ORIGINAL,
     CLASS_PARTIAL,
     DERIVED_PARTIAL,
+    HALF,
     HF_VERSION,
+    INTERLEAVED,
+    LEGACY_PARTIAL,
     NEOX_PCT,
     NO_EQUIVALENT,
+    PAIRING_KEYS,
     ROPE_TYPES,
 )
 
+# the settings read by attribute from a config object when its dict lacks them: an
+# ``attribute_map`` alias (DBRX's ``d_model`` is ``hidden_size``, JetMoE's ``kv_channels`` is
+# ``head_dim``) or a class default that ``to_dict()`` leaves out (GLM-4-MoE-Lite's head_dim)
+ATTRIBUTES = (
+    "head_dim", "hidden_size", "num_attention_heads", "max_position_embeddings", "rope_theta",
+    "partial_rotary_factor", "rotary_dim", "layer_types", "sliding_window",
+    "qk_rope_head_dim", "qk_nope_head_dim", "num_hidden_layers",
+)  # fmt: skip
+
 
 def as_dict(config):
+    """A config as a dict: a mapping as it is; a config object's ``to_dict()`` plus the
+    settings it answers by attribute only (its aliases and class defaults)."""
     if isinstance(config, Mapping):
         return dict(config)
     to_dict = getattr(config, "to_dict", None)
     if callable(to_dict):  # a transformers PretrainedConfig (v4 or v5)
-        return dict(to_dict())
-    if hasattr(config, "__dict__"):
-        return dict(vars(config))
-    raise ValueError(f"config must be a dict or a transformers config, got {config!r}")
+        cfg = dict(to_dict())
+    elif hasattr(config, "__dict__"):
+        cfg = dict(vars(config))
+    else:
+        raise ValueError(f"config must be a dict or a transformers config, got {config!r}")
+    for key in ATTRIBUTES:
+        if cfg.get(key) is None:
+            try:
+                value = getattr(config, key)
+            except (AttributeError, KeyError, TypeError):
+                continue
+            if value is not None:
+                cfg[key] = value
+    if (
+        cfg.get("head_dim") is None
+        and cfg.get("model_type") not in CLASS_HEAD_DIM
+        and not (
+            cfg.get("embed_dim")  # a vision config: its hidden_size is the merger's output
+        )
+    ):
+        hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+        if isinstance(hidden, int) and isinstance(heads, int) and 0 < heads <= hidden:
+            # the object passed its class's checks; the modeling code then takes
+            # hidden_size // num_attention_heads, rounded down (GLM-4-MoE's 4096 // 96)
+            cfg["head_dim"] = hidden // heads
+    return cfg
 
 
 def need(params, key, rope_type):
@@ -39,18 +76,26 @@ def need(params, key, rope_type):
     return params[key]
 
 
-def rope_params(cfg):
-    """HF's flat rope dict: ``rope_scaling`` (v4) wins over ``rope_parameters`` (v5)."""
+def rope_params(cfg, layer_type=None):
+    """HF's flat rope dict: ``rope_scaling`` (v4) wins over ``rope_parameters`` (v5); where
+    they are nested per layer type (Gemma 3: ``{"sliding_attention": {...},
+    "full_attention": {...}}``), the set of ``layer_type``."""
     params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if not isinstance(params, Mapping):
         raise ValueError(f"rope_scaling/rope_parameters must be a dict, got {params!r}")
     labels = set(cfg.get("layer_types") or ())
     nested = [k for k, v in params.items() if k in labels or isinstance(v, Mapping)]
-    if nested:
+    if nested and layer_type is None:
         raise ValueError(
-            f"rope parameters are given per layer type {nested}; from_hf reads one flat set: "
-            "pass a config holding one of them as rope_parameters"
+            f"rope parameters are given per layer type {nested}: pass layer_type= (one of "
+            f"them), or build the whole model's schedule with Schedule.from_hf"
         )
+    if layer_type is not None:
+        if not nested:
+            return dict(params)  # one set for every layer type
+        if layer_type not in params:
+            raise ValueError(f"layer_type must be one of {nested}, got {layer_type!r}")
+        return dict(params[layer_type])
     return dict(params)
 
 
@@ -89,6 +134,11 @@ def partial_factor(cfg, params, model_type):
         return cfg.get("rotary_pct", NEOX_PCT[model_type])
     factor = cfg.get("partial_rotary_factor")
     if factor is None and model_type in DERIVED_PARTIAL:
+        top, bottom = DERIVED_PARTIAL[model_type].split(" / ")
+        if cfg.get(top) is not None and cfg.get(bottom):
+            return cfg[top] / cfg[bottom]  # as the config class derives it
+        if model_type in LEGACY_PARTIAL:
+            return 1.0  # the legacy key is absent: the class leaves the factor unset
         raise ValueError(
             f"config has no partial_rotary_factor; for model_type={model_type!r} HF derives it "
             f"({DERIVED_PARTIAL[model_type]}): add it, or pass the transformers config object"
@@ -123,3 +173,42 @@ def original_length(cfg, params, model_type, max_pos):
     else:
         value = params.get("original_max_position_embeddings", max_pos)
     return check_int("original_max_position_embeddings", value, minimum=1)
+
+
+def pairing(cfg, model_type):
+    """``"interleaved"`` where the model's code (or its config key) rotates adjacent pairs,
+    ``"half"`` where it uses HF's ``rotate_half`` (or the config names no model type);
+    ``ValueError`` for a model type posenc does not know."""
+    if model_type in PAIRING_KEYS:
+        key, default = PAIRING_KEYS[model_type]
+        return "interleaved" if cfg.get(key, default) else "half"
+    if model_type in INTERLEAVED:
+        return "interleaved"
+    if not model_type or model_type in HALF:  # no model type named: a Llama-style config
+        return "half"
+    raise ValueError(
+        f"model_type {model_type!r} is not one whose pairing posenc knows (transformers "
+        f"{HF_VERSION}'s rotary models): pass pairing='half' or 'interleaved' as its "
+        "modeling code rotates"
+    )
+
+
+def layer_settings(config, layer_type):
+    """Settings a heterogeneous config object overrides for one layer type (Gemma 4's
+    ``per_layer_config``: its full-attention layers are 512 wide, the others 256)."""
+    per_layer = None if isinstance(config, Mapping) else getattr(config, "per_layer_config", None)
+    if layer_type is None or per_layer is None:
+        return {}
+    try:
+        view = per_layer[layer_type]
+    except Exception:  # noqa: BLE001 -- types that vary by layer index: no one view
+        return {}
+    out = {}
+    for key in ("head_dim",):
+        try:
+            value = getattr(view, key)
+        except Exception:  # noqa: BLE001 -- a view answers only what it overrides
+            continue
+        if value is not None:
+            out[key] = value
+    return out

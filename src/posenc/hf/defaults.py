@@ -12,6 +12,14 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "pro
 NO_EQUIVALENT = {  # named in transformers 5.23.0 but not a 1-D RoPE posenc can express
     "axial": "'axial' is the multi-axis RoPE of vision models (2-D/3-D positions)",
 }
+# Model types whose rotation posenc cannot express, and why (from_hf refuses them by name)
+UNSUPPORTED = {
+    "nanochat": "its rotate_half returns (x2, -x1): the rotation turns the other way "
+                "(sin negated), which posenc's RoPE does not offer",
+    "deepseek_v4": "its RoPE rotates the trailing channels of each head inside its own apply "
+                   "function with per-layer 'main' and 'compress' rates (compressed sparse "
+                   "attention), which posenc does not build from a config",
+}  # fmt: skip
 # GPTNeoXConfig / GPTNeoXJapaneseConfig: `rotary_emb_base` and `rotary_pct` (default below)
 NEOX_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
 # Phi3Config declares a top-level original_max_position_embeddings (default 4096), which
@@ -33,6 +41,8 @@ DERIVED_PARTIAL = {
     "minimax_m2": "rotary_dim / head_dim",
     "deepseek_v4": "qk_rope_head_dim / head_dim",
 }
+# ... of which these derive it only from a legacy key, if present (else the whole head)
+LEGACY_PARTIAL = ("minimax_m2",)
 # Config classes whose head_dim default is a number, not hidden_size // num_attention_heads
 # (Gemma: 256, Qwen3: 128, ...): a dict without head_dim gets the class default, as HF's
 # class does; tests/test_from_hf.py checks this against every class of transformers 5.23.0
@@ -63,6 +73,9 @@ CLASS_HEAD_DIM = {
     **dict.fromkeys(("musicflamingo",), 1280),
 }  # fmt: skip
 WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+# Config classes with no maximum length at all (RecurrentGemma attends through a local
+# window and rotates any position): the size of posenc's table (pass max_len= for more)
+CLASS_MAX_LEN = {"recurrent_gemma": 65536}
 # M-RoPE as the model's rotary class fixes it, whatever the config says: model type ->
 # (interleaved sections, the class's default mrope_section); tests/test_from_hf_mrope.py
 # checks each against transformers' own rotary class and apply function
@@ -71,3 +84,53 @@ MROPE_CLASS = {
     **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"), _QWEN2_VL),
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text"), _QWEN3_VL),
 }
+# Pairing: the modeling code of these model types rotates adjacent pairs (x[2i], x[2i + 1])
+# whatever the config says (``rotate_half`` over ``x[..., ::2]`` and ``x[..., 1::2]``, or a
+# complex multiply); tools/atlas.py checks every entry against transformers' own code
+INTERLEAVED = frozenset(
+    """
+    axk2 bailing_hybrid blt blt_patcher cohere cohere2 cohere2_moe deepseek_v2 deepseek_v32
+    dots3_note_text ernie4_5 ernie4_5_moe ernie4_5_vl_moe_text glm glm4 glm_moe_dsa
+    glm_ocr_text helium llama4 llama4_text longcat_flash mistral_large4 mistral_large4_text
+    moonshine moonshine_streaming openai_privacy_filter pe_audio_encoder
+    pe_audio_video_encoder pe_video_encoder
+    """.split()
+)
+# ... and these choose by a config key: model type -> (key, its class default); a true value
+# means adjacent pairs (DeepSeek-V3 permutes them into halves before HF's rotate_half)
+PAIRING_KEYS = {
+    **dict.fromkeys(("axk1", "deepseek_v3", "glm4_moe_lite", "mistral4", "youtu"),
+                    ("rope_interleave", True)),
+}  # fmt: skip
+# ... and these rotate halves (HF's rotate_half), checked by tools/atlas.py (a multimodal
+# model's top-level type included; internlm2, a remote-code model, by its own code): a
+# model type in none of the three tables is refused (its pairing is unknown to posenc)
+HALF = frozenset(
+    """
+    afmoe apertus arcee aria aria_text bamba bitnet chameleon cosmos3_edge cosmos3_edge_text
+    csm cwm dbrx deepseek_ocr2 deepseek_ocr2_encoder deepseek_ocr2_text dia dia_decoder
+    diffllama diffusion_gemma diffusion_gemma_text doge dots1 dots3_note_audio_encoder
+    embedding_gemma2 embedding_gemma2_text emu3 emu3_text_model esm esmc eurobert evolla
+    exaone4 exaone_moe falcon falcon_h1 flex_olmo flint gemma gemma2 gemma3 gemma3_text
+    gemma3n gemma3n_text gemma4 gemma4_text gemma4_unified gemma4_unified_text glmasr
+    gpt_neox gpt_neox_japanese gpt_oss gradium_phonon_tts granite granite4_vision
+    granite4_vision_text granite_docling granite_docling_text granite_swa granitemoe
+    granitemoe_swa granitemoehybrid granitemoeshared gte higgs_audio_v2 hrm_text
+    hunyuan_v1_dense hunyuan_v1_moe hy_v3 hy_v4 hyperclovax idefics internlm2 jais2 jetmoe
+    jina_embeddings_v3 kolibri1 kyutai_speech_to_text laguna lasr lasr_encoder lfm2 lfm2_moe
+    lfm3 llama mellum mimi mimo_v2_flash minicpm3 minimax minimax_m2 minimax_m3_vl
+    minimax_m3_vl_text ministral ministral3 mistral mixtral mllama mllama_text_model
+    modernbert modernbert-decoder modernbert_decoder molmo2 molmo2_text moshi muse_glimmer
+    muse_glimmer_assistant muse_glimmer_text muse_spark muse_spark_text nemotron
+    nemotron3_5_transcribe nemotron3_5_transcribe_asr_audio nemotron3_diarization
+    nemotron3_diarization_audio neomme neucodec nomic_bert olmo olmo2 olmo3 olmo_hybrid
+    olmoe paddleocr_vl paddleocr_vl_text persimmon phi phi3 phi4_multimodal phimoe
+    pocket_tts pocket_tts_audio_tokenizer qwen2 qwen2_5_omni qwen2_5_omni_dit
+    qwen2_5_omni_text qwen2_5_vl qwen2_5_vl_text qwen2_moe qwen2_vl qwen2_vl_text qwen3
+    qwen3_5 qwen3_5_moe qwen3_5_moe_text qwen3_5_text qwen3_moe qwen3_next qwen3_vl
+    qwen3_vl_moe qwen3_vl_moe_text qwen3_vl_text qwen4_exp qwen4_exp_text recurrent_gemma
+    seed_oss smollm3 solar_open stablelm starcoder2 step3p5 step3p7 t5_gemma_module t5gemma
+    t5gemma2 t5gemma2_text timesfm2_5 ultrabert unlimited_ocr unlimited_ocr_text vaultgemma
+    voxtral_realtime voxtral_realtime_text xcodec2 zamba2 zaya
+    """.split()
+)

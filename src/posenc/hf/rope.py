@@ -6,13 +6,13 @@ import math
 
 from posenc._checks import check_int, check_positive
 from posenc.hf import config as read
-from posenc.hf.defaults import WITH_ORIGINAL
+from posenc.hf.defaults import CLASS_MAX_LEN, UNSUPPORTED, WITH_ORIGINAL
 from posenc.scaling import DynamicNTK, Linear, Llama3, LongRoPE, Proportional, YaRN
 
 __all__ = ["from_hf"]
 
 
-def from_hf(config):
+def from_hf(config, *, layer_type=None, pairing=None):
     """Keyword arguments of :class:`posenc.torch.RotaryEmbedding` for a Hugging Face config.
 
     Reads a ``config.json`` the way transformers 5.23.0 does: v4 ``rope_scaling`` (with
@@ -35,12 +35,21 @@ def from_hf(config):
         A parsed ``config.json``, or a transformers ``PretrainedConfig`` (any object with
         ``to_dict()``; transformers is not imported). A dict without ``rope_theta`` raises,
         since HF's default depends on the model class; the config object carries it.
+    layer_type : str, optional
+        Where ``rope_parameters`` is nested per layer type (Gemma 3's
+        ``"sliding_attention"`` and ``"full_attention"``), the layer type to read.
+    pairing : {"half", "interleaved"}, optional
+        The model's pairing, for a model type posenc's tables do not hold (they hold
+        every rotary model of transformers 5.23.0: a model type outside them is refused
+        without it).
 
     Returns
     -------
     dict
         ``head_dim`` (``head_dim``, else the config class's default where it is a number, as
-        Gemma's 256, else ``hidden_size // num_attention_heads``), ``base``,
+        Gemma's 256, else ``hidden_size // num_attention_heads``), ``pairing``
+        (``"interleaved"`` where the model's code rotates adjacent pairs, as GLM-4, Cohere
+        and DeepSeek-V3 do, else ``"half"``), ``base``,
         ``scaling`` (a :mod:`posenc.scaling` object, None for ``"default"``), ``rotary_dim``
         (``int(head_dim * partial_rotary_factor)``, None when the whole head rotates) and
         ``max_len`` (``max_position_embeddings``, or the context a scaling reaches if
@@ -72,18 +81,22 @@ def from_hf(config):
 
     ``posenc.torch.RotaryEmbedding(**kwargs)`` builds the module.
     """
-    cfg = read.as_dict(config)
+    cfg = read.as_dict(config) | read.layer_settings(config, layer_type)
     model_type = cfg.get("model_type")
+    if model_type in UNSUPPORTED:
+        raise ValueError(f"model_type {model_type!r} is not reproduced: {UNSUPPORTED[model_type]}")
     text = ("hidden_size", "head_dim", "rope_theta", "rope_parameters", "rope_scaling")
     if "text_config" in cfg and not any(key in cfg for key in text):
         raise ValueError(
             "config is multimodal: its language model's settings are in text_config; "
             "pass config['text_config'] (or config.text_config)"
         )
-    params = read.rope_params(cfg)
+    params = read.rope_params(cfg, layer_type)
     rope_type = read.rope_type(params, model_type)
     base = check_positive("rope_theta", read.rope_base(cfg, params, model_type))
     head_dim = read.head_dim(cfg)
+    if cfg.get("max_position_embeddings") is None and model_type in CLASS_MAX_LEN:
+        cfg["max_position_embeddings"] = CLASS_MAX_LEN[model_type]  # the class sets none
     if cfg.get("max_position_embeddings") is None:
         raise ValueError("config has no max_position_embeddings")
     max_pos = check_int("max_position_embeddings", cfg["max_position_embeddings"], minimum=1)
@@ -155,6 +168,7 @@ def from_hf(config):
         max_pos = max(max_pos, math.ceil(scaling.factor * reach[rope_type]))
     return {
         "head_dim": head_dim,
+        "pairing": read.pairing(cfg, model_type) if pairing is None else pairing,
         "base": base,
         "scaling": scaling,
         "rotary_dim": None if rotary == head_dim else rotary,

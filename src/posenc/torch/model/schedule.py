@@ -18,6 +18,8 @@ from posenc.torch.encodings.checks import check_encoding
 
 __all__ = ["Layer", "Schedule"]
 
+LIMITS = ("window", "chunk")
+
 
 @dataclass(frozen=True, eq=False)
 class Layer:
@@ -99,6 +101,69 @@ class Schedule:
         check_encoding(encoding)
         acts_on_input = "input" in encoding.places
         return cls([Layer(encoding)] * depth, input=encoding if acts_on_input else None)
+
+    @classmethod
+    def from_hf(cls, config) -> Schedule:
+        """Every layer's position scheme of a transformers config, as a :class:`Schedule`.
+
+        Layers with the same settings share one encoding object. Reads what
+        :func:`posenc.hf.schedule_from_hf` reads (per layer: RoPE or none, window, chunk,
+        query temperature, rotated slice, softmax factor) and refuses by name what posenc
+        cannot reproduce.
+
+        Parameters
+        ----------
+        config : dict or object
+            A parsed ``config.json`` or a transformers config object.
+
+        Returns
+        -------
+        Schedule
+            One :class:`Layer` per ``num_hidden_layers``; ``schedule.head_dim`` is the width of
+            the attention's queries and keys.
+
+        Examples
+        --------
+        >>> from posenc.torch import Schedule
+        >>> cfg = {"model_type": "llama4_text", "hidden_size": 64, "num_attention_heads": 2,
+        ...        "head_dim": 32, "max_position_embeddings": 1024, "num_hidden_layers": 4,
+        ...        "rope_theta": 5e5, "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 256,
+        ...        "layer_types": ["chunked_attention"] * 3 + ["full_attention"],
+        ...        "attn_temperature_tuning": True, "attn_scale": 0.1, "floor_scale": 8192}
+        >>> s = Schedule.from_hf(cfg)
+        >>> [(type(layer.encoding).__name__, layer.chunk) for layer in s][-2:]
+        [('RotaryEmbedding', 256), ('QueryTemperature', None)]
+        """
+        from posenc.hf.schedule import schedule_from_hf
+        from posenc.torch.encodings.qk.rope import RotaryEmbedding
+        from posenc.torch.encodings.qk.rope_nd import MRoPE
+        from posenc.torch.encodings.qk.temperature import QueryTemperature
+        from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
+
+        spec = schedule_from_hf(config)
+        made, layers = {}, []
+        for layer in spec["layers"]:
+            key = repr(
+                sorted((k, repr(v)) for k, v in layer.items() if k not in ("window", "chunk"))
+            )
+            if key not in made:
+                rope, enc = layer["rope"], None
+                if rope is not None:
+                    kw = {k: v for k, v in rope.items() if k != "mrope"}
+                    enc = MRoPE(**kw) if rope.get("mrope") else RotaryEmbedding(**kw)
+                if enc is not None and layer["slice_start"] is not None:
+                    enc = ChannelSlice(enc, start=layer["slice_start"])
+                if layer["temperature"] is not None:
+                    enc = QueryTemperature(enc, **layer["temperature"])
+                if layer["softmax_factor"] is not None:
+                    enc = SoftmaxFactor(
+                        NoPE() if enc is None else enc, factor=layer["softmax_factor"]
+                    )
+                made[key] = enc
+            layers.append(Layer(made[key], window=layer["window"], chunk=layer["chunk"]))
+        schedule = cls(layers)
+        schedule.head_dim = spec["head_dim"]
+        return schedule
 
     def __len__(self):
         return len(self.layers)

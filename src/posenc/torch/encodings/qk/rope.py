@@ -96,7 +96,7 @@ class RotaryEmbedding(RopeTables):
         self._register_derived()
 
     @classmethod
-    def from_hf(cls, config, **overrides):
+    def from_hf(cls, config, *, layer_type=None, **overrides):
         """Build RoPE from a Hugging Face ``config.json`` (a dict) or config object.
 
         Parameters
@@ -104,6 +104,10 @@ class RotaryEmbedding(RopeTables):
         config : dict or object
             A parsed ``config.json`` or a ``transformers`` config object, read by
             :func:`posenc.hf.from_hf` with HF's rules and defaults.
+        layer_type : str, optional
+            The layer type whose rope parameters to read, where they are nested per layer
+            type (Gemma 3); :meth:`Schedule.from_hf <posenc.torch.Schedule.from_hf>` builds
+            every layer's.
         **overrides
             Keyword arguments replacing what the config gives (e.g. ``pairing``,
             ``max_len``).
@@ -111,7 +115,8 @@ class RotaryEmbedding(RopeTables):
         Returns
         -------
         RotaryEmbedding
-            ``pairing="half"`` (HF's ``rotate_half``) unless overridden.
+            With the model's pairing: ``"interleaved"`` where its code rotates adjacent
+            pairs (GLM-4, Cohere, DeepSeek-V3), else ``"half"`` (HF's ``rotate_half``).
 
         Examples
         --------
@@ -121,7 +126,8 @@ class RotaryEmbedding(RopeTables):
         >>> RotaryEmbedding.from_hf(cfg)
         RotaryEmbedding(head_dim=128, rotary_dim=128, base=500000.0, pairing='half', max_len=8192)
         """
-        return cls(**(from_hf(config) | overrides))
+        kwargs = from_hf(config, layer_type=layer_type, pairing=overrides.get("pairing"))
+        return cls(**(kwargs | overrides))
 
     @property
     def caches_encoded_keys(self) -> bool:

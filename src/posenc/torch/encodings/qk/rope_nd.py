@@ -17,7 +17,7 @@ import torch
 
 import posenc
 from posenc._checks import check_dim, check_int
-from posenc.hf import mrope_from_hf
+from posenc.hf import axial_from_hf, mrope_from_hf
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.checks import check_hook, check_pairing
 from posenc.torch.kernels import cos_sin, rotate_qk
@@ -190,6 +190,24 @@ class AxialRotaryEmbedding(_GridRotary):
         inv, axis = posenc.axial_frequencies(head_dim, n_axes, base=base)  # validates
         self.base = float(base)
         self._setup(head_dim, inv, axis, int(n_axes), pairing, max_len)
+
+    @classmethod
+    def from_hf(cls, config, **overrides):
+        """Build the 2-D RoPE of a vision encoder's config (``rope_type: "axial"``).
+
+        Parameters
+        ----------
+        config : dict or object
+            A vision config, read by :func:`posenc.hf.axial_from_hf`.
+        **overrides
+            Keyword arguments replacing what the config gives (e.g. ``max_len``).
+
+        Returns
+        -------
+        AxialRotaryEmbedding
+            Coordinates ``(row, column)`` of each patch.
+        """
+        return cls(**(axial_from_hf(config) | overrides))
 
     def extra_repr(self):
         return (

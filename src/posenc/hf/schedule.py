@@ -1,0 +1,193 @@
+"""A whole model's position scheme from its config: what each layer does, as plain data.
+
+:func:`schedule_from_hf` reads, per layer, what transformers 5.23.0's modeling code does
+with the config: the RoPE of the layer's type (or none), its sliding window or chunk, the
+query temperature (Llama 4, Ministral 3), the slice of the head that rotates (DeepSeek's
+multi-head latent attention) and the factor on the softmax scale. ``posenc.torch``'s
+``Schedule.from_hf`` turns the result into modules. Pure Python: transformers is not
+imported.
+"""
+
+from __future__ import annotations
+
+import math
+
+from posenc.hf import config as read
+from posenc.hf.defaults import MROPE_CLASS, UNSUPPORTED
+from posenc.hf.rope import from_hf
+from posenc.scaling.per_pair import yarn_mscale
+
+__all__ = ["schedule_from_hf"]
+
+# model types whose layers of a type other than "sliding_attention" skip RoPE
+ROPE_ONLY_SLIDING = frozenset(("cohere2", "cohere2_moe", "exaone4", "exaone_moe", "kolibri1",
+                               "flint"))  # fmt: skip
+# model types whose per-layer ``no_rope_layers`` (1: RoPE, 0: none) decides
+NO_ROPE_KEY = frozenset(("llama4", "llama4_text", "smollm3"))
+# the Llama-4 query temperature on the layers without RoPE
+TEMPERATURE_NOPE = frozenset(("llama4", "llama4_text"))
+# the Llama-4-style temperature of rope_parameters' llama_4_scaling_beta on every layer
+TEMPERATURE_BETA = frozenset(("ministral3", "mistral4"))
+# softmax scale 1 (query and key norms instead): the factor is sqrt(head_dim)
+SCALE_ONE = frozenset(("gemma3n_text", "gemma4_text", "gemma4_unified_text",
+                       "diffusion_gemma_text", "embedding_gemma2_text"))  # fmt: skip
+# schedules posenc does not build from a config, and why
+NO_SCHEDULE = {
+    "beam": "its layers without RoPE scale queries by (1 + (p + 1) / 2048) ** 0.1, which "
+            "is not the Llama 4 temperature posenc offers",
+}  # fmt: skip
+
+
+def schedule_from_hf(config):
+    """Every layer's position scheme of a transformers config, as plain settings.
+
+    Parameters
+    ----------
+    config : dict or object
+        A parsed ``config.json`` or a transformers config object (a multimodal config's
+        ``text_config`` is read).
+
+    Returns
+    -------
+    dict
+        ``model_type``; ``head_dim`` (the width of the attention's queries and keys);
+        ``layers``: one dict per layer with ``rope`` (keyword arguments of
+        ``RotaryEmbedding``, or of ``MRoPE`` with ``"mrope": True``, or ``None``: no
+        position), ``window``, ``chunk``, ``temperature`` (``scale``, ``floor``,
+        ``shift`` of ``QueryTemperature``, or ``None``), ``slice_start`` (the first rotated
+        channel, or ``None``) and ``softmax_factor`` (or ``None``).
+
+    Examples
+    --------
+    >>> from posenc.hf import schedule_from_hf
+    >>> cfg = {"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 2,
+    ...        "head_dim": 32, "max_position_embeddings": 1024, "num_hidden_layers": 3,
+    ...        "sliding_window": 512, "query_pre_attn_scalar": 32,
+    ...        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+    ...        "rope_parameters": {
+    ...            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    ...            "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}
+    >>> [(layer["rope"]["base"], layer["window"]) for layer in schedule_from_hf(cfg)["layers"]]
+    [(10000.0, 512), (10000.0, 512), (1000000.0, None)]
+    """
+    top = read.as_dict(config)
+    if top.get("text_config") and not top.get("num_hidden_layers"):
+        config = top["text_config"] if isinstance(top["text_config"], dict) else config.text_config
+    cfg = read.as_dict(config)
+    model_type = cfg.get("model_type")
+    for table in (UNSUPPORTED, NO_SCHEDULE):
+        if model_type in table:
+            raise ValueError(f"model_type {model_type!r} is not reproduced: {table[model_type]}")
+    depth = cfg.get("num_hidden_layers")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"config must give num_hidden_layers >= 1, got {depth!r}")
+    types = list(cfg.get("layer_types") or ["full_attention"] * depth)
+    if len(types) != depth:
+        raise ValueError(
+            f"layer_types must have num_hidden_layers={depth} entries, got {len(types)}"
+        )
+    ropes = {t: _rope(config, cfg, model_type, t) for t in dict.fromkeys(types)}
+    if _mla(cfg):  # the rotated slice is a RoPE of its own width
+        rope_width = int(cfg["qk_rope_head_dim"])
+        for t, r in ropes.items():
+            if r is not None and (r.get("rotary_dim") or r["head_dim"]) == rope_width:
+                ropes[t] = r | {"head_dim": rope_width, "rotary_dim": None}
+            elif r is not None:
+                raise ValueError(
+                    f"{model_type}: the rotary width {r.get('rotary_dim') or r['head_dim']} is "
+                    f"not qk_rope_head_dim={rope_width}, posenc cannot place it"
+                )
+    uses = cfg.get("no_rope_layers") if model_type in NO_ROPE_KEY else None
+    layers = []
+    for i, kind in enumerate(types):
+        rope = ropes[kind]
+        if uses is not None and not uses[i]:
+            rope = None
+        if model_type in ROPE_ONLY_SLIDING and kind != "sliding_attention":
+            rope = None
+        layers.append({
+            "rope": rope, "window": _window(cfg, kind, types), "chunk": _chunk(cfg, kind),
+            "temperature": _temperature(cfg, model_type, rope),
+            "slice_start": cfg.get("qk_nope_head_dim") if _mla(cfg) and rope else None,
+            "softmax_factor": _softmax_factor(cfg, model_type, ropes[kind]),
+        })  # fmt: skip
+    width = _qk_width(cfg, ropes)
+    return {"model_type": model_type, "head_dim": width, "layers": layers}
+
+
+def _rope(config, cfg, model_type, layer_type):
+    """RoPE keyword arguments of one layer type (``None`` where the type has no RoPE)."""
+    if model_type in MROPE_CLASS:
+        from posenc.hf.mrope import mrope_from_hf
+
+        return {"mrope": True, **mrope_from_hf(config)}
+    params = cfg.get("rope_parameters")
+    labels = set(cfg.get("layer_types") or ())
+    per_type = isinstance(params, dict) and any(
+        k in labels or isinstance(v, dict) for k, v in params.items()
+    )
+    if per_type and params.get(layer_type) is None:
+        return None  # a type without RoPE: NoPE attention, or no attention (conv, mamba)
+    return from_hf(config, layer_type=layer_type if per_type else None)
+
+
+def _window(cfg, kind, types):
+    window = cfg.get("sliding_window")
+    if not window:
+        return None
+    if kind == "sliding_attention" or kind.endswith("_sliding"):
+        return int(window)
+    if set(types) == {"full_attention"} and not cfg.get("layer_types"):
+        return int(window)  # Mistral's: one window for every layer
+    return None
+
+
+def _chunk(cfg, kind):
+    chunk = cfg.get("attention_chunk_size")
+    return int(chunk) if kind == "chunked_attention" and chunk else None
+
+
+def _temperature(cfg, model_type, rope):
+    if model_type in TEMPERATURE_NOPE and rope is None and cfg.get("attn_temperature_tuning"):
+        return {"scale": float(cfg["attn_scale"]), "floor": float(cfg["floor_scale"]), "shift": 1}
+    params = cfg.get("rope_parameters") or {}
+    beta = params.get("llama_4_scaling_beta")
+    if model_type in TEMPERATURE_BETA and beta:
+        floor = params.get("original_max_position_embeddings")
+        if not floor:
+            raise ValueError(
+                f"{model_type}'s llama_4_scaling_beta needs rope_parameters' "
+                "original_max_position_embeddings, got none"
+            )
+        return {"scale": float(beta), "floor": float(floor), "shift": 0}
+    return None
+
+
+def _mla(cfg):
+    return bool(cfg.get("qk_nope_head_dim")) and bool(cfg.get("qk_rope_head_dim"))
+
+
+def _qk_width(cfg, ropes):
+    if _mla(cfg):
+        return int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
+    widths = {r["head_dim"] for r in ropes.values() if r is not None}
+    return widths.pop() if len(widths) == 1 else read.head_dim(cfg)
+
+
+def _softmax_factor(cfg, model_type, rope):
+    """The factor on ``1 / sqrt(head_dim)`` the model's attention uses, or None (1)."""
+    width = _qk_width(cfg, {"": rope})
+    if _mla(cfg):
+        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind != "default" and params.get("mscale_all_dim"):
+            return yarn_mscale(params["factor"], params["mscale_all_dim"]) ** 2
+        return None
+    if model_type in SCALE_ONE:
+        return math.sqrt(width)
+    if cfg.get("query_pre_attn_scalar"):
+        factor = math.sqrt(width / cfg["query_pre_attn_scalar"])
+        return None if factor == 1 else factor
+    if cfg.get("attention_multiplier") and str(model_type).startswith("granite"):
+        return cfg["attention_multiplier"] * math.sqrt(width)
+    return None
