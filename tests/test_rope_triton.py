@@ -82,6 +82,21 @@ def test_forward_matches_numpy(pairing, dtype, rotary_dim, per_row, where):
     _check(kr, _ref(k0, pos, **kw), dtype)
 
 
+def test_packed_documents_per_token_positions():
+    # positions restarting at each packed document (flash-attention's varlen layout as
+    # per-token positions): the kernel gathers each token's own row
+    from posenc.torch import documents_from_cu_seqlens, positions_from_documents
+
+    docs = documents_from_cu_seqlens(torch.tensor([0, 4, 7, 9])).expand(2, -1)
+    pos = positions_from_documents(docs)  # (2, 9): 0..3, 0..2, 0..1
+    rot = RotaryEmbedding(HD, max_len=64)
+    q, k = _qk(torch.float32)
+    with torch.no_grad(), kernels.use("triton"):
+        qr, kr = rot.encode_qk(q, k, pos.to(DEV), pos.to(DEV))
+    _check(qr, _ref(q, pos), torch.float32)
+    _check(kr, _ref(k, pos), torch.float32)
+
+
 @pytest.mark.parametrize("positions", ["range", "per-token"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])

@@ -89,7 +89,7 @@ def test_a_padding_mask_on_another_device_is_moved_to_the_cache_when_traced(monk
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     cache = _cache(device="meta")
     mask = torch.tensor([[False, True], [True, True]])  # on the CPU
-    _, q_pos, k_pos, key_valid = cache._begin(None, mask, 2, 2)
+    _, q_pos, k_pos, key_valid, _ = cache._begin(None, mask, 2, 2)
     assert cache.valid.device.type == "meta" and key_valid.device.type == "meta"
     assert q_pos.shape == (2, 2) and k_pos.shape == key_valid.shape == (2, 4)
 
@@ -101,9 +101,9 @@ def test_every_step_kind_builds_its_indices_on_the_cache_device(monkeypatch, pos
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     cache = _cache(device="meta")
     given = {None: None, "range": range(1, 3), "tensor": torch.tensor([[1, 2], [3, 4]])}
-    _, q_pos, k_pos, _ = cache._begin(given[positions], None, 2, 2)
+    _, q_pos, k_pos, _, _ = cache._begin(given[positions], None, 2, 2)
     cache._commit()
-    _, q_next, _, _ = cache._begin(None, None, 2, 1)  # continues every row (or the slots)
+    _, q_next, _, _, _ = cache._begin(None, None, 2, 1)  # continues every row (or the slots)
     assert {t.device.type for t in (q_pos, k_pos, q_next, cache._new_slots)} == {"meta"}
 
 
@@ -131,16 +131,16 @@ def test_plain_causal_steps_share_one_key_row_and_leave_masking_to_causality():
     # (1, max_len) positions and key_valid None, on a fresh cache and again after a reset
     cache = _cache(batch=3, max_len=5)
     for _ in range(2):
-        _, q_pos, k_pos, key_valid = cache._begin(None, None, 3, 2)
+        _, q_pos, k_pos, key_valid, _ = cache._begin(None, None, 3, 2)
         assert key_valid is None and k_pos.shape == (1, 5) and q_pos.tolist() == [[0, 1]]
         cache._commit()
         cache._begin(None, torch.ones(3, 1, dtype=torch.bool), 3, 1)  # padding: per row now
         cache._commit()
-        _, _, k_pos, key_valid = cache._begin(None, None, 3, 1)
+        _, _, k_pos, key_valid, _ = cache._begin(None, None, 3, 1)
         assert key_valid is not None and k_pos.shape == key_valid.shape == (3, 5)
         cache._commit()
         cache.reset()
-    _, _, k_pos, key_valid = cache._begin(range(0, 2), None, 3, 2)  # positions: per row too
+    _, _, k_pos, key_valid, _ = cache._begin(range(0, 2), None, 3, 2)  # positions: per row too
     assert key_valid is not None and k_pos.shape == (3, 5)
 
 

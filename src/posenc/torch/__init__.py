@@ -8,6 +8,7 @@ The subpackages are the layers, each importing only the ones below it::
     encodings/    PositionalEncoding and the encodings: input/, qk/, scores/
     kernels/      the rotation kernels (eager CPU, Triton) and their dispatch
     positions     positions as hooks receive them (shared by every layer)
+    documents     packed rows: document ids, their positions, cu_seqlens
 
 Every public name is importable from here. See the architecture page.
 """
@@ -17,6 +18,12 @@ from posenc.torch.attention.core import attend
 from posenc.torch.attention.mask import attention_mask
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.static import StaticKVCache
+from posenc.torch.documents import (
+    cu_seqlens_from_documents,
+    documents_from_cu_seqlens,
+    documents_from_positions,
+    positions_from_documents,
+)
 from posenc.torch.encodings.base import NoPE, PositionalEncoding
 from posenc.torch.encodings.input.absolute import LearnedEncoding, SinusoidalEncoding
 from posenc.torch.encodings.input.sinusoidal_2d import SinusoidalEncoding2D
@@ -32,6 +39,7 @@ from posenc.torch.encodings.scores.learned_bias import FIRE, KERPLE
 from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
 from posenc.torch.model.lm import TransformerLM
 from posenc.torch.model.mha import MultiHeadAttention
+from posenc.torch.model.parallel import causal_work, context_parallel_forward, shard_index
 from posenc.torch.model.schedule import Layer, Schedule
 from posenc.torch.positions import as_positions, position_tensor
 
@@ -62,8 +70,15 @@ __all__ = [
     "apply_rope",
     "as_positions",
     "attend",
+    "causal_work",
+    "context_parallel_forward",
     "attention_mask",
+    "cu_seqlens_from_documents",
+    "documents_from_cu_seqlens",
+    "documents_from_positions",
     "half_to_interleaved",
     "interleaved_to_half",
     "position_tensor",
+    "positions_from_documents",
+    "shard_index",
 ]

@@ -160,3 +160,8 @@ def _(positions, low, stop, name, limit, why):
 @checked_positions.register_vmap
 def _(info, in_dims, positions, low, stop, name, limit, why):
     return checked_positions(positions, low, stop, name, limit, why), in_dims[0]
+
+
+def joined(stored, new):
+    """The largest position once ``new`` joins ``stored`` (bounds or ``None``: unknown)."""
+    return None if stored is None or new is None else max(stored[1], new[1])

@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
 from posenc.torch.attention.mask import _mask, check_limits, release
+from posenc.torch.documents import check_agree, check_documents, positions_from_documents
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
 from posenc.torch.positions import position_arg
@@ -94,6 +95,7 @@ class Step:
     block_mask: object = None  # flex
     full_kv: bool = False  # flex with a cache: attend over the whole cache buffer
     holds_workspace: bool = False  # its mask is the per-thread workspace (until release)
+    context: object = None  # context parallelism: the keys of every rank (model/parallel.py)
 
 
 def check_backend(backend):
@@ -122,10 +124,13 @@ def check_padding_mask(padding_mask, batch, seq):
 
 
 def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backend, dtype, device,
-         cache=None, start=0, full_kv=False, limits=(None, None)) -> Step:  # fmt: skip
+         cache=None, start=0, full_kv=False, limits=(None, None),
+         documents=None, order=None) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers of
     one kind (``limits``: their sliding window and chunk)."""
     backend = resolve_backend(backend, encoding, device)
+    if backend == "flex" and order is not None:
+        raise ValueError("backend 'flex' does not run context-parallel steps: use 'sdpa'")
     if backend == "flex" and dtype not in FLEX_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in FLEX_DTYPES)
         raise ValueError(f"backend='flex' takes {names} (FlexAttention's kernels), got {dtype}")
@@ -134,7 +139,8 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
         try:
             step.mask, step.is_causal = _mask(
                 encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device,
-                step, q_start=start if full_kv else None, limits=limits,
+                step, q_start=start if full_kv else None, limits=limits, documents=documents,
+                order=order,
             )  # fmt: skip
         except Exception:
             release(step)
@@ -143,6 +149,7 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
         step.score_mod, step.block_mask = flex_plan(
             encoding, q_positions, k_positions, causal=causal, key_valid=key_valid,
             q_start=start if full_kv else None, device=device, limits=limits,
+            documents=documents,
         )  # fmt: skip
     return step
 
@@ -160,6 +167,7 @@ def attend(
     backend="auto",
     window=None,
     chunk=None,
+    documents=None,
 ):
     """Attention with a positional encoding: the functional core of :class:`MultiHeadAttention`.
 
@@ -193,6 +201,10 @@ def attend(
         Sliding window: each query sees only the last ``window`` key slots up to its own.
     chunk : int, optional
         Chunked attention: each query sees only the keys of its chunk of ``chunk`` slots.
+    documents : torch.Tensor, optional
+        Int64 ``(batch, seq)`` document ids of packed rows (self-attention, ``seq_q ==
+        seq_k``), non-decreasing along a row: no query sees a key of another document, and
+        positions not given restart at 0 at each document.
 
     Returns
     -------
@@ -224,7 +236,16 @@ def attend(
         )
     if causal and sq > sk:
         raise ValueError(f"causal attention needs seq_q <= seq_k, got {sq} and {sk}")
+    docs = None
+    if documents is not None:
+        if sq != sk:
+            raise ValueError(f"documents needs self-attention (seq_q == seq_k), got {sq} and {sk}")
+        docs = check_documents(documents, b, sk)
+        if k_positions is None:
+            k_positions = positions_from_documents(docs)
     k_pos = position_arg(k_positions, b, sk, axes=enc.position_axes)
+    if docs is not None and not isinstance(k_pos, range):
+        check_agree(k_pos, docs)
     if q_positions is None and sq > sk:
         raise ValueError(
             f"q_positions must be given when there are more queries ({sq}) than keys ({sk})"
@@ -238,6 +259,7 @@ def attend(
     step = plan(
         enc, q_pos, k_pos, causal=causal, key_valid=valid, heads=h, backend=backend,
         dtype=q.dtype, device=q.device, limits=check_limits(window, chunk),
+        documents=None if docs is None else (docs, docs),
     )  # fmt: skip
     try:
         return _run(q, k, v, step, enc.softmax_scale(hd))

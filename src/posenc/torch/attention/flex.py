@@ -78,7 +78,7 @@ def _mask_device(device, key_valid, q_start):
 
 def flex_plan(
     encoding, q_positions, k_positions, *, causal, key_valid=None, q_start=None, device=None,
-    limits=(None, None),
+    limits=(None, None), documents=None,
 ):  # fmt: skip
     """The encoding's ``score_mod`` and a causal/padding ``BlockMask`` for FlexAttention.
 
@@ -104,6 +104,9 @@ def flex_plan(
         their device, else the CPU (never torch's default or current device).
     limits : tuple
         ``(window, chunk)``: a sliding window and chunked attention (``None``: none).
+    documents : tuple of torch.Tensor, optional
+        ``(q_documents, k_documents)``, int64 ``(batch, seq_q)`` and ``(batch, seq_k)``: no
+        query sees a key of another document (the block mask skips those blocks).
 
     Returns
     -------
@@ -116,9 +119,10 @@ def flex_plan(
 
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     score_mod = encoding.score_mod(q_positions, k_positions)
-    if not causal and key_valid is None and limits == (None, None):
+    if not causal and key_valid is None and limits == (None, None) and documents is None:
         return score_mod, None
-    plain = causal and key_valid is None and not isinstance(q_start, torch.Tensor)
+    plain = causal and key_valid is None and documents is None
+    plain = plain and not isinstance(q_start, torch.Tensor)
     if plain and not torch.compiler.is_compiling():  # depends on the shape alone: reuse it
         return score_mod, _causal_block_mask(
             seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device, limits
@@ -127,10 +131,14 @@ def flex_plan(
     offset = seq_k - seq_q if q_start is None else q_start
     if not isinstance(offset, torch.Tensor):  # a tensor: no recompile when it changes
         offset = torch.tensor(offset, device=device)
+    if documents is not None:
+        q_doc, k_doc = (d.to(device) for d in documents)  # (b, sq), (b, sk)
 
     def visible(b, h, q_idx, kv_idx):
         slot = q_idx + offset
         ok = _within(kv_idx <= slot if causal else kv_idx >= 0, kv_idx, slot, limits)
+        if documents is not None:
+            ok = ok & (q_doc[b, q_idx] == k_doc[b, kv_idx])
         if key_valid is not None:
             ok = (ok & key_valid[b, kv_idx]) | (kv_idx == slot)
         return ok

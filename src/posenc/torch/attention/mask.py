@@ -67,12 +67,15 @@ def attention_mask(
 
 
 def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step=None,
-          q_start=None, limits=(None, None)):  # fmt: skip
+          q_start=None, limits=(None, None), documents=None, order=None):  # fmt: skip
     """:func:`attention_mask`; with a ``step``, score biases may go into a per-thread
     workspace that the step holds until :func:`release` (nobody else writes it meanwhile).
     ``q_start`` (an int or a 0-d tensor): the key slot of the first query, when the keys
     are a whole static cache buffer rather than ending at the last query. ``limits``:
-    ``(window, chunk)``, each ``None`` or a number of slots."""
+    ``(window, chunk)``, each ``None`` or a number of slots. ``documents``: ``(q_documents,
+    k_documents)``, int64 ``(batch, seq_q)`` and ``(batch, seq_k)``, or ``None``. ``order``:
+    the queries' and keys' global indices ``((seq_q,), (seq_k,))`` where they are not the
+    slots ``0 ..`` (context parallelism), or ``None``."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
@@ -89,12 +92,14 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
             f"{type(encoding).__name__}.score_bias gives {bias.shape[1]} heads, "
             f"attention has {heads}"
         )
-    if bias is None and key_valid is None and q_start is None and limits == (None, None):
+    plain = key_valid is None and q_start is None and documents is None and order is None
+    if bias is None and plain and limits == (None, None):
         if not causal or seq_q == 1:
             return None, False
         if seq_q == seq_k:
             return None, True  # SDPA's is_causal aligns to the start: right when sq == sk
-    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start, limits)  # (b|1,1,sq,sk)
+    allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start, limits, documents,
+                       order)  # fmt: skip
     if allowed is None:
         return bias.to(dtype), False
     hidden = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
@@ -141,20 +146,28 @@ def release(step) -> None:
         step.holds_workspace = False
 
 
-def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None, limits=(None, None)):
+def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None, limits=(None, None),
+             documents=None, order=None):  # fmt: skip
     """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all)."""
     window, chunk = limits
-    if not causal and key_valid is None and limits == (None, None):
+    extra = key_valid is not None or documents is not None or order is not None
+    if not causal and not extra and limits == (None, None):
         return None
-    first = seq_k - seq_q if q_start is None else q_start  # slot of the first query
-    i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
-    j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
+    if order is not None:  # global indices: the sequence is split across ranks
+        i, j = order[0].to(device)[:, None], order[1].to(device)[None]  # (sq, 1), (1, sk)
+    else:
+        first = seq_k - seq_q if q_start is None else q_start  # slot of the first query
+        i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
+        j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
     allowed = (j <= i) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
     if window is not None:
         allowed = allowed & (j > i - window)  # the last ``window`` slots up to the query
     if chunk is not None:
         allowed = allowed & (j // chunk == i // chunk)  # the query's own chunk
     allowed = allowed[None, None]  # (1, 1, sq, sk)
+    if documents is not None:  # never across documents
+        q_doc, k_doc = (d.to(device) for d in documents)  # (b, sq), (b, sk)
+        allowed = allowed & (q_doc[:, None, :, None] == k_doc[:, None, None, :])  # (b,1,sq,sk)
     if key_valid is not None:
         allowed = (allowed & key_valid[:, None, None, :].to(device)) | (j == i)  # (b, 1, sq, sk)
     return allowed

@@ -6,9 +6,8 @@ Shape legend: keys ``(batch, kv_heads, max_len, key_dim)``, values
 at, and which cached tokens are real (``False`` for padding). Positions become
 ``(batch, max_len, n_axes)`` coordinates for the grid encodings.
 
-Both caches (this one and :class:`~posenc.torch.StaticKVCache`) take a step's positions
-through one path, :meth:`KVCache._new_positions`: given positions of any kind (1-D, per
-row, grid coordinates), else the next ones after each row's largest stored coordinate.
+Both caches take a step's positions through one path, :meth:`KVCache._new_positions`:
+given positions of any kind, else the next ones after each row's largest coordinate.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from posenc._checks import check_int
-from posenc.torch.position_values import carry_bounds, known_bounds, remember_bounds
+from posenc.torch.documents import after_last_document
+from posenc.torch.position_values import carry_bounds, joined, known_bounds, remember_bounds
 from posenc.torch.positions import position_arg
 
 __all__ = ["KVCache"]
@@ -101,6 +101,7 @@ class KVCache:
         self.positions = torch.zeros(batch, max_len, *grid, dtype=torch.long, device=device)
         self.next_position = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
+        self.documents = torch.zeros(batch, max_len, dtype=torch.long, device=device)
         self.reset()
 
     def reset(self) -> None:
@@ -108,7 +109,9 @@ class KVCache:
         self.length = 0
         self.padded = False  # was a padding mask ever given?
         self.contiguous = True  # are the positions 0 .. length - 1 in every row?
+        self.packed = False  # were documents given (a packed prefill)?
         self.valid.fill_(False)
+        self.documents.zero_()
         remember_bounds(self.positions.zero_(), 0, 0)  # known on the host: no read later
         remember_bounds(self.next_position.zero_(), 0, 0)
         self._pending = None
@@ -201,15 +204,19 @@ class KVCache:
         last = t.reshape(t.shape[0], -1).amax(1, keepdim=True)  # (batch|1, 1), every axis
         return torch.maximum(self.next_position, last + 1)  # (batch, 1)
 
-    def _begin(self, positions, padding_mask, batch, n):
-        """Reserve ``n`` slots for a new step and record its positions and padding.
+    def _begin(self, positions, padding_mask, batch, n, documents=None):
+        """Reserve ``n`` slots for a step; record its positions, padding and documents.
 
-        Returns ``(start, q_positions, k_positions, key_valid)``: the first new slot, the
-        positions of the new tokens and of every cached token (each a ``range`` while the
-        cache is contiguous, else an int64 tensor), and the validity of every cached
-        token (``None`` while no padding was ever given).
+        Returns ``(start, q_positions, k_positions, key_valid, documents)``: the first new
+        slot; the positions of the new and of every cached token (``range`` while
+        contiguous, else int64); each cached token's validity (``None`` without padding);
+        ``(q_documents, k_documents)`` after a packed prefill (later steps continue each
+        row's last document), else ``None``.
         """
         self._check_batch(batch)
+        if documents is not None and self.length:
+            raise ValueError(f"documents must be given on a cache's first step (a packed "
+                             f"prefill), got them with {self.length} tokens cached")  # fmt: skip
         start, stop = self.length, self.length + n
         if stop > self.max_len:
             raise ValueError(
@@ -235,11 +242,20 @@ class KVCache:
             self.padded = True
         self.length = stop
         self._pending = (saved, *self._next_after(q_pos))  # until the step commits
-        hi = _joined(stored, known_bounds(q_pos))
+        docs = None
+        if documents is not None:
+            self.documents[:, start:stop] = documents.to(self.documents.device)
+            self.packed = True
+            self._pending = (saved, after_last_document(q_pos, documents), None)
+        elif self.packed:  # the new tokens continue each row's last document
+            self.documents[:, start:stop] = self.documents[:, start - 1 : start]
+        if self.packed:
+            docs = (self.documents[:, start:stop], self.documents[:, :stop])
+        hi = joined(stored, known_bounds(q_pos))
         remember_bounds(self.positions, 0, hi)  # what the host knows of every stored position
         k_pos = range(stop) if self.contiguous else remember_bounds(self.positions[:, :stop], 0, hi)
         key_valid = self.valid[:, :stop] if self.padded else None
-        return start, q_pos, k_pos, key_valid
+        return start, q_pos, k_pos, key_valid, docs
 
     def _commit(self):
         """The step that called ``_begin`` finished: keep what it wrote."""
@@ -251,11 +267,13 @@ class KVCache:
     def _rollback(self):
         """Undo an uncommitted ``_begin`` (a step that raised must leave no trace)."""
         if getattr(self, "_pending", None) is None:
-            return
+            return  # nothing begun
         length, padded, contiguous = self._pending[0]
         self.valid[:, length:] = False
         self.positions[:, length:] = 0
         self.length, self.padded, self.contiguous = length, padded, contiguous
+        self.documents[:, length:] = 0
+        self.packed = self.packed and length > 0
         self._pending = None
 
     def _store(self, layer, start, k, v, full=False):
@@ -279,8 +297,3 @@ class KVCache:
                 f"keys must have shape (batch, kv_heads, n, key_dim) = "
                 f"({keys.shape[0]}, {keys.shape[1]}, n, {keys.shape[-1]}), got {tuple(k.shape)}"
             )
-
-
-def _joined(stored, new):
-    """The largest position once ``new`` joins ``stored`` (bounds or ``None``: unknown)."""
-    return None if stored is None or new is None else max(stored[1], new[1])

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from posenc.torch.cache.kv import KVCache, _joined
+from posenc.torch.cache.kv import KVCache
 from posenc.torch.position_values import (
     bounds,
     carry_bounds,
     checked_positions,
+    joined,
     known_bounds,
     remember_bounds,
 )
@@ -112,16 +113,21 @@ class StaticKVCache(KVCache):
         slots = torch.arange(have, have + n, device=start.device)  # (n,)
         return remember_bounds(slots, have, have + n - 1)
 
-    def _begin(self, positions, padding_mask, batch, n):
+    def _begin(self, positions, padding_mask, batch, n, documents=None):
         """Record ``n`` new tokens at slots ``filled .. filled + n - 1`` (not yet counted).
 
-        Returns ``(start, q_positions, k_positions, key_valid)`` like
+        Returns ``(start, q_positions, k_positions, key_valid, None)`` like
         :meth:`KVCache._begin`, but over the whole buffer: ``start`` is a 0-d tensor,
         ``k_positions`` covers every slot (``(1, max_len)`` while the rows share their
         positions), and ``key_valid`` hides the unfilled slots (``None`` while the causal
         mask alone does, i.e. causal attention over shared positions without padding).
         """
         self._check_batch(batch)
+        if documents is not None:
+            raise ValueError(
+                "documents are not supported with a StaticKVCache: use a KVCache for a "
+                "packed prefill"
+            )
         start = self.filled
         stop = start + n
         new = self._slots(n)  # (n,)
@@ -140,14 +146,14 @@ class StaticKVCache(KVCache):
         mask = real if padding_mask is None else padding_mask.to(self.valid.device)
         self.valid.index_copy_(1, new, mask)  # (batch, max_len)
         self._pending = (n, *self._next_after(q_pos), known_bounds(new))
-        hi = _joined(stored, known_bounds(q_pos))
+        hi = joined(stored, known_bounds(q_pos))
         remember_bounds(self.positions, 0, hi)  # what the host knows of every stored position
         if self.per_row:
             k_pos, key_valid = self.positions, self.valid & (self.slots < stop)  # (b, max_len)
         else:  # (1, max_len): causal hides the rest
             k_pos, key_valid = remember_bounds(self.positions[:1], 0, hi), None
         self._new_slots = new
-        return start, q_pos, k_pos, key_valid
+        return start, q_pos, k_pos, key_valid, None
 
     def _commit(self):
         """The step finished: count its tokens."""

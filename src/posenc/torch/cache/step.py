@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posenc.torch.attention.core import Step, check_padding_mask, plan, resolve_backend
+from posenc.torch.documents import check_agree, check_documents, positions_from_documents
 from posenc.torch.positions import position_arg
 
 __all__ = ["Placed", "place", "plan_layer", "plan_step"]
@@ -26,25 +27,37 @@ class Placed:
     start: object  # first cache slot of the step (int, or a 0-d tensor for a static cache)
     key_valid: object  # bool (batch, n_keys) or None
     cache: object  # KVCache or None
+    documents: object = None  # (q_documents (b, n), k_documents (b, n_keys)) or None
+    context: object = None  # context parallelism (posenc.torch.model.parallel.Context)
 
 
-def place(axes, batch, n, positions, padding_mask, cache) -> Placed:
-    """Positions and cache slots of ``n`` new tokens (``axes``: coordinates per token)."""
+def place(axes, batch, n, positions, padding_mask, cache, documents=None) -> Placed:
+    """Positions and cache slots of ``n`` new tokens (``axes``: coordinates per token);
+    ``documents``: packed rows, positions restarting at each document unless given."""
     if padding_mask is not None:
         check_padding_mask(padding_mask, batch, n)
-    if cache is None:
-        pos = position_arg(positions, batch, n, axes=axes)
-        return Placed(pos, pos, 0, padding_mask, None)
+    docs = None
+    if documents is not None:
+        docs = check_documents(documents, batch, n)
+        if positions is None:
+            positions = positions_from_documents(docs)  # (batch, n): 0 at each start
     if positions is not None:
         positions = position_arg(positions, batch, n, axes=axes)
-    start, q_pos, k_pos, key_valid = cache._begin(positions, padding_mask, batch, n)
-    return Placed(q_pos, k_pos, start, key_valid, cache)
+        if docs is not None and not isinstance(positions, range):
+            check_agree(positions, docs)
+    if cache is None:
+        pos = range(n) if positions is None else positions
+        return Placed(pos, pos, 0, padding_mask, None, None if docs is None else (docs, docs))
+    start, q_pos, k_pos, key_valid, documents = cache._begin(
+        positions, padding_mask, batch, n, documents=docs
+    )
+    return Placed(q_pos, k_pos, start, key_valid, cache, documents)
 
 
 def plan_layer(encoding, placed: Placed, *, limits=(None, None), **kw) -> Step:
     """The attention core's plan for layers of one kind, from a step's :class:`Placed`."""
     full_kv, k_pos, key_valid, cache = False, placed.k_positions, placed.key_valid, placed.cache
-    start = placed.start
+    start, documents = placed.start, placed.documents
     if getattr(cache, "static", False):  # keys: the whole buffer, unfilled slots hidden
         full_kv = True
         if key_valid is None and not kw["causal"]:  # causal masking alone does not do
@@ -52,8 +65,15 @@ def plan_layer(encoding, placed: Placed, *, limits=(None, None), **kw) -> Step:
     elif cache is not None and resolve_backend(kw["backend"], encoding, kw["device"]) == "flex":
         # static shapes: every slot, unfilled ones hidden
         full_kv, k_pos, key_valid = True, cache.positions, cache.valid
-    return plan(encoding, placed.q_positions, k_pos, key_valid=key_valid, cache=cache,
-                start=start, full_kv=full_kv, limits=limits, **kw)  # fmt: skip
+        if documents is not None:
+            documents = (documents[0], cache.documents)  # every slot's document
+    ctx = placed.context
+    order = None if ctx is None else (ctx.q_index, ctx.k_index)
+    step = plan(encoding, placed.q_positions, k_pos, key_valid=key_valid, cache=cache,
+                start=start, full_kv=full_kv, limits=limits, documents=documents, order=order,
+                **kw)  # fmt: skip
+    step.context = ctx
+    return step
 
 
 def len_new(placed: Placed) -> int:
@@ -61,7 +81,7 @@ def len_new(placed: Placed) -> int:
     return len(q) if isinstance(q, range) else q.shape[1]
 
 
-def plan_step(encoding, batch, n, positions, padding_mask, cache, **kw) -> Step:
+def plan_step(encoding, batch, n, positions, padding_mask, cache, documents=None, **kw) -> Step:
     """:func:`place` then :func:`plan_layer`: one kind of layer (an attention module)."""
-    placed = place(encoding.position_axes, batch, n, positions, padding_mask, cache)
+    placed = place(encoding.position_axes, batch, n, positions, padding_mask, cache, documents)
     return plan_layer(encoding, placed, **kw)

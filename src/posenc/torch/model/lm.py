@@ -158,7 +158,8 @@ class TransformerLM(nn.Module):
             self._refuse_static(max_len)
         return _new_cache(self, self.depth, batch, max_len, static)
 
-    def forward(self, idx, positions=None, padding_mask=None, *, cache=None):
+    def forward(self, idx, positions=None, padding_mask=None, *, cache=None, documents=None,
+                context=None):  # fmt: skip
         """Logits for every new token.
 
         Parameters
@@ -173,6 +174,14 @@ class TransformerLM(nn.Module):
         cache : posenc.torch.KVCache, optional
             From :meth:`new_cache`; this call's keys and values are appended to it, and the
             tokens attend to everything it holds.
+        documents : torch.Tensor, optional
+            Int64 ``(batch, seq)`` ids of the documents packed into each row
+            (non-decreasing): each document's logits are those it would get alone
+            (attention stays within it, positions restart at 0 unless given). With a
+            cache, on its first step only; later steps continue each row's last document.
+        context : Context, optional
+            Set by :func:`~posenc.torch.context_parallel_forward`: ``idx`` is then this
+            rank's share of a sequence split across ranks.
 
         Returns
         -------
@@ -194,7 +203,12 @@ class TransformerLM(nn.Module):
         steps = {}  # one plan per kind of layer: (encoding, window, chunk) -> Step
         try:
             axes = self.blocks[0].attn.encoding.position_axes
-            placed = place(axes, b, n, positions, padding_mask, cache)
+            if context is None:
+                placed = place(axes, b, n, positions, padding_mask, cache, documents)
+            else:  # this rank's share of a sequence; its keys are every rank's
+                if cache is not None or padding_mask is not None:
+                    raise ValueError("context parallelism takes no cache and no padding_mask")
+                placed = context.placed(place(axes, b, n, positions, None, None), documents)
             if self.schedule.input is not None:
                 x = self.schedule.input.encode_input(x, placed.q_positions)  # (b, n, dim)
             for layer, block in enumerate(self.blocks):

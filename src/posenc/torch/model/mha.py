@@ -121,7 +121,7 @@ class MultiHeadAttention(nn.Module):
         """
         return _new_cache(self, 1, batch, max_len, static)
 
-    def forward(self, x, positions=None, padding_mask=None, *, cache=None):
+    def forward(self, x, positions=None, padding_mask=None, *, cache=None, documents=None):
         """Attend over ``x`` (and over the cached tokens, if a cache is given).
 
         Parameters
@@ -137,6 +137,11 @@ class MultiHeadAttention(nn.Module):
             now and, when cached, in every later step.
         cache : posenc.torch.KVCache, optional
             From :meth:`new_cache`; the new keys and values are appended to it.
+        documents : torch.Tensor, optional
+            Int64 ``(batch, seq)`` ids of the documents packed into each row
+            (non-decreasing): attention stays within a document, and positions not given
+            restart at 0 at each one. With a cache, on its first step only (a packed
+            prefill); later steps continue each row's last document.
 
         Returns
         -------
@@ -152,7 +157,7 @@ class MultiHeadAttention(nn.Module):
         step = None
         try:
             step = plan_step(self.encoding, *x.shape[:2], positions, padding_mask, cache,
-                             **self._plan_options(x))  # fmt: skip
+                             documents, **self._plan_options(x))  # fmt: skip
             y = self._attend_step(x, step, layer=0)
         except Exception:
             if cache is not None:
@@ -183,7 +188,13 @@ class MultiHeadAttention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (b, h|kvh, n, hd)
         enc, cache = self.encoding, step.cache
         inplace = not (torch.is_grad_enabled() and q.requires_grad)  # q, k are ours alone
-        if cache is None:
+        if step.context is not None:  # this rank's keys at their positions, then every rank's
+            if not enc.caches_encoded_keys:
+                raise ValueError(f"{type(enc).__name__} rotates keys by the whole length: it "
+                                 "cannot run context-parallel")  # fmt: skip
+            q, k = enc.encode_qk(q, k, step.q_positions, step.q_positions, inplace=inplace)
+            k, v = step.context.gather(k, v)  # (b, kvh, n_all, ·)
+        elif cache is None:
             q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions, inplace=inplace)
         elif enc.caches_encoded_keys:
             q, k = enc.encode_qk(q, k, step.q_positions, step.q_positions, inplace=inplace)

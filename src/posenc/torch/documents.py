@@ -1,0 +1,143 @@
+"""Packed documents: several documents in one row, positions restarting at each.
+
+A packed batch row holds documents back to back; ``documents`` numbers them, int64
+``(batch, seq)``, non-decreasing along each row. Positions restart at 0 where a
+document starts, and attention never crosses from one document to another. Two other
+spellings of the same packing are common and convert to and from ``documents``:
+
+* ``cu_seqlens`` -- the cumulative lengths ``[0, n_1, n_1 + n_2, ...]`` of one flat
+  sequence, as flash-attention's varlen functions take them;
+* per-token position ids restarting at 0 -- as HF's ``DataCollatorWithFlattening`` makes
+  them (a document starts wherever the position is 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "check_documents",
+    "positions_from_documents",
+    "documents_from_positions",
+    "documents_from_cu_seqlens",
+    "cu_seqlens_from_documents",
+]
+
+
+def check_documents(documents, batch: int, seq: int) -> torch.Tensor:
+    """Return ``documents`` if it is an integer ``(batch, seq)`` tensor, non-decreasing along
+    each row; else ``ValueError`` naming what is wrong (the first decrease, by row and index)."""
+    if not isinstance(documents, torch.Tensor) or documents.shape != (batch, seq):
+        got = tuple(documents.shape) if isinstance(documents, torch.Tensor) else documents
+        raise ValueError(f"documents must be an int64 tensor of shape ({batch}, {seq}), got {got}")
+    if documents.dtype.is_floating_point or documents.dtype == torch.bool:
+        raise ValueError(f"documents must hold integer ids, got dtype {documents.dtype}")
+    if seq > 1:
+        down = documents[:, 1:] < documents[:, :-1]  # (batch, seq - 1)
+        if bool(down.any()):
+            row, i = (int(v) for v in down.nonzero()[0])
+            raise ValueError(
+                f"documents must not decrease along a row: row {row} goes from "
+                f"{int(documents[row, i])} to {int(documents[row, i + 1])} at index {i + 1}"
+            )
+    return documents.long()
+
+
+def _starts(documents) -> torch.Tensor:
+    """Bool ``(batch, seq)``: True where a document starts (the first token of a row too)."""
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    return starts
+
+
+def positions_from_documents(documents) -> torch.Tensor:
+    """Positions restarting at 0 at each document: int64 ``(batch, seq)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import positions_from_documents
+    >>> positions_from_documents(torch.tensor([[0, 0, 0, 1, 1, 2]]))
+    tensor([[0, 1, 2, 0, 1, 0]])
+    """
+    documents = check_documents(documents, *documents.shape)
+    index = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
+    start = torch.where(_starts(documents), index, torch.zeros_like(index))
+    return index - start.cummax(dim=1).values  # (batch, seq)
+
+
+def check_agree(positions, documents) -> None:
+    """Refuse positions that do not restart at 0 where a document starts (after a row's
+    first token, which may continue a document)."""
+    if positions.dim() == 3:  # grid coordinates (M-RoPE): a document starts at any point
+        return
+    starts = _starts(documents)
+    starts[:, 0] = False
+    wrong = starts & (positions.expand_as(documents) != 0)
+    if bool(wrong.any()):
+        row, i = (int(v) for v in wrong.nonzero()[0])
+        raise ValueError(
+            f"positions must restart at 0 where a document starts: row {row}, index {i} "
+            f"starts document {int(documents[row, i])} at position "
+            f"{int(positions.expand_as(documents)[row, i])}"
+        )
+
+
+def documents_from_positions(position_ids) -> torch.Tensor:
+    """Document ids of per-token positions that restart at 0 (HF's flattening collator).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import documents_from_positions
+    >>> documents_from_positions(torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    tensor([[0, 0, 0, 1, 1, 2]])
+    """
+    if position_ids.dim() != 2 or position_ids.dtype.is_floating_point:
+        raise ValueError(f"position_ids must be an integer (batch, seq) tensor, got "
+                         f"{position_ids.dtype} {tuple(position_ids.shape)}")  # fmt: skip
+    return (position_ids == 0).long().cumsum(1) - (position_ids[:, :1] == 0).long()
+
+
+def documents_from_cu_seqlens(cu_seqlens) -> torch.Tensor:
+    """Document ids ``(1, total)`` of one flat sequence from flash-attention's ``cu_seqlens``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import documents_from_cu_seqlens
+    >>> documents_from_cu_seqlens(torch.tensor([0, 3, 5, 6], dtype=torch.int32))
+    tensor([[0, 0, 0, 1, 1, 2]])
+    """
+    cu = torch.as_tensor(cu_seqlens)
+    if cu.dim() != 1 or len(cu) < 2 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"cu_seqlens must be non-decreasing lengths from 0, got {cu.tolist()}")
+    lengths = (cu[1:] - cu[:-1]).long()
+    return torch.repeat_interleave(torch.arange(len(lengths)), lengths)[None]
+
+
+def cu_seqlens_from_documents(documents) -> torch.Tensor:
+    """Flash-attention's ``cu_seqlens`` (int32) of the documents of every row, in order
+    (rows flattened: a document never spans two rows).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch import cu_seqlens_from_documents
+    >>> cu_seqlens_from_documents(torch.tensor([[0, 0, 0, 1, 1, 2]]))
+    tensor([0, 3, 5, 6], dtype=torch.int32)
+    """
+    documents = check_documents(documents, *documents.shape)
+    starts = _starts(documents).flatten().nonzero().flatten()
+    total = torch.tensor([documents.numel()], device=documents.device)
+    return torch.cat([starts, total]).int()
+
+
+def after_last_document(q_pos, documents):
+    """One past the largest coordinate of each row's last document: ``(batch, 1)``, where a
+    step without positions continues (the running maximum would count earlier documents)."""
+    t = torch.as_tensor(q_pos if not isinstance(q_pos, range) else list(q_pos))
+    t = t.to(documents.device).expand(documents.shape[0], *t.shape[1:]) if t.dim() > 1 else t
+    t = t.reshape(documents.shape[0], documents.shape[1], -1).amax(-1)  # (batch, n)
+    last = documents == documents[:, -1:]  # (batch, n): the row's last document
+    return (torch.where(last, t, torch.full_like(t, -1)).amax(1, keepdim=True) + 1).long()

@@ -1,0 +1,85 @@
+"""Context parallelism on torch.distributed (gloo, CPU): with 2 and 4 ranks, the sharded
+forward and the gradients (summed over ranks) equal the unsharded model in float64, for
+RoPE, ALiBi, T5, PoPE and M-RoPE, with packed documents."""
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from posenc.torch import (
+    ALiBi,
+    MRoPE,
+    PoPE,
+    RotaryEmbedding,
+    T5RelativeBias,
+    TransformerLM,
+    causal_work,
+    context_parallel_forward,
+    shard_index,
+)
+
+V, D, H, HD, N = 23, 16, 2, 8, 16
+ENCODINGS = {
+    "rope": lambda: RotaryEmbedding(HD, max_len=64),
+    "alibi": lambda: ALiBi(H),
+    "t5": lambda: T5RelativeBias(H, num_buckets=8, max_distance=16),
+    "pope": lambda: PoPE(HD, H, delta_init="uniform"),
+    "mrope": lambda: MRoPE(HD, sections=(2, 1, 1), max_len=64),
+}
+DOCS = torch.tensor([[0] * 5 + [1] * 7 + [2] * 4, [0] * 16])
+
+
+def _run(rank, world, path, out):
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    errors = {}
+    for name, make in ENCODINGS.items():
+        torch.manual_seed(0)
+        lm = TransformerLM(V, D, 2, H, kv_heads=1, encoding=make()).double()
+        idx = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(1))
+        target = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(2))
+        full = lm(idx, documents=DOCS)  # the unsharded model, (2, N, V)
+        torch.nn.functional.cross_entropy(
+            full.flatten(0, 1), target.flatten(), reduction="sum"
+        ).backward()
+        want = {k: p.grad.clone() for k, p in lm.named_parameters()}
+        lm.zero_grad()
+        mine = shard_index(N, rank, world)
+        local = context_parallel_forward(lm, idx, documents=DOCS)  # (2, N / world, V)
+        loss = torch.nn.functional.cross_entropy(local.flatten(0, 1), target[:, mine].flatten(),
+                                                 reduction="sum")  # fmt: skip
+        loss.backward()
+        err = float((local.detach() - full[:, mine].detach()).abs().max())
+        for k, p in lm.named_parameters():
+            dist.all_reduce(p.grad)  # every rank's share of the gradient
+            err = max(err, float((p.grad - want[k]).abs().max()))
+        errors[name] = err
+    if rank == 0:
+        torch.save(errors, out)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_sharded_forward_and_gradients_equal_the_unsharded_model(world):
+    with tempfile.TemporaryDirectory() as tmp:
+        path, out = os.path.join(tmp, "store"), os.path.join(tmp, "errors.pt")
+        mp.spawn(_run, args=(world, path, out), nprocs=world, join=True)
+        errors = torch.load(out)
+    assert set(errors) == set(ENCODINGS)
+    assert max(errors.values()) < 1e-10, errors
+
+
+def test_head_tail_chunks_balance_causal_work():
+    contiguous, balanced = causal_work(4096, 4, balanced=False), causal_work(4096, 4)
+    print(f"causal work per rank, 4 ranks, 4096 tokens: contiguous {contiguous}, "
+          f"head-tail {balanced}")  # fmt: skip
+    assert max(contiguous) / min(contiguous) > 6  # the last rank does 7x the first's work
+    assert max(balanced) == min(balanced)  # every rank the same
+    every = torch.cat([shard_index(24, r, 3) for r in range(3)])
+    assert sorted(every.tolist()) == list(range(24))  # each token on exactly one rank
+    with pytest.raises(ValueError, match="seq must be a multiple of 2 \\* world = 6"):
+        shard_index(10, 0, 3)

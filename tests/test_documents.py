@@ -1,0 +1,146 @@
+"""Packed documents: each document's logits are those it gets alone (float64), for every
+encoding family; conversions to and from cu_seqlens and HF's flattened position ids; named
+errors where positions and documents disagree."""
+
+import pytest
+import torch
+
+from posenc.torch import (
+    FIRE,
+    KERPLE,
+    ALiBi,
+    Layer,
+    LearnedEncoding,
+    MRoPE,
+    NoPE,
+    PoPE,
+    RotaryEmbedding,
+    Schedule,
+    SinusoidalEncoding,
+    T5RelativeBias,
+    TransformerLM,
+    XPos,
+    attend,
+    cu_seqlens_from_documents,
+    documents_from_cu_seqlens,
+    documents_from_positions,
+    positions_from_documents,
+)
+
+V, D, H, HD = 19, 16, 2, 8
+DOCS = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1, 1, 1, 1]])
+
+ENCODINGS = {
+    "nope": NoPE, "sinusoidal": lambda: SinusoidalEncoding(D, max_len=32),
+    "learned": lambda: LearnedEncoding(32, D), "rope": lambda: RotaryEmbedding(HD, max_len=32),
+    "xpos": lambda: XPos(HD, max_len=32), "alibi": lambda: ALiBi(H),
+    "t5": lambda: T5RelativeBias(H, num_buckets=8, max_distance=16),
+    "kerple": lambda: KERPLE(H), "fire": lambda: FIRE(H, hidden=4),
+    "pope": lambda: PoPE(HD, H, delta_init="uniform"),
+    "mrope": lambda: MRoPE(HD, sections=(2, 1, 1), max_len=32),
+}  # fmt: skip
+
+
+def _model(name, **kw):
+    torch.manual_seed(0)
+    return TransformerLM(V, D, 2, H, encoding=ENCODINGS[name](), **kw).double().eval()
+
+
+def _each_document(lm, idx, docs):
+    """Logits of every document run alone, placed where the packed row has them."""
+    out = torch.zeros(*idx.shape, V, dtype=torch.float64)
+    for b in range(idx.shape[0]):
+        for d in docs[b].unique():
+            where = (docs[b] == d).nonzero().flatten()
+            out[b, where] = lm(idx[b : b + 1, where])[0]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_packed_rows_give_each_document_its_own_logits(name):
+    lm = _model(name)
+    idx = torch.randint(0, V, DOCS.shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        packed = lm(idx, documents=DOCS)
+        alone = _each_document(lm, idx, DOCS)
+        mixed = lm(idx)  # without documents the second document sees the first
+    torch.testing.assert_close(packed, alone, rtol=0, atol=1e-12)
+    assert (mixed - alone).abs().amax() > 1e-3  # the test can tell
+
+
+def test_a_schedule_with_a_window_and_flex_attention_keep_documents_apart():
+    torch.manual_seed(0)
+    sched = Schedule([Layer(ALiBi(H), window=3), Layer(RotaryEmbedding(HD, max_len=32))])
+    lm = TransformerLM(V, D, 2, H, schedule=sched).double().eval()
+    idx = torch.randint(0, V, DOCS.shape, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(lm(idx, documents=DOCS), _each_document(lm, idx, DOCS),
+                                   rtol=0, atol=1e-12)  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, H, 9, HD, generator=g) for _ in range(3))
+    sdpa = attend(q, k, v, ALiBi(H), documents=DOCS, backend="sdpa")
+    flex = attend(q, k, v, ALiBi(H), documents=DOCS, backend="flex")
+    torch.testing.assert_close(flex, sdpa, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "learned", "mrope"])
+def test_decoding_after_a_packed_prefill_continues_each_rows_last_document(name):
+    lm = _model(name)
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(4))
+    prompt, steps = idx[:, :9], idx[:, 9:]
+    with torch.no_grad():
+        cache = lm.new_cache(2, 12)
+        got = [lm(prompt, documents=DOCS, cache=cache)[:, -1]]
+        got += [lm(steps[:, i : i + 1], cache=cache)[:, -1] for i in range(3)]
+        for b in range(2):  # the last document alone, then the same three tokens
+            last = (DOCS[b] == DOCS[b, -1]).nonzero().flatten()
+            alone = lm(torch.cat([prompt[b : b + 1, last], steps[b : b + 1]], 1))[0]
+            want = alone[len(last) - 1 :]  # its last prompt token and the three after
+            torch.testing.assert_close(torch.stack([g[b] for g in got]), want, rtol=0,
+                                       atol=1e-12)  # fmt: skip
+
+
+def test_conversions_round_trip_and_match_hfs_flattening_collator():
+    cu = torch.tensor([0, 4, 7, 9], dtype=torch.int32)
+    docs = documents_from_cu_seqlens(cu)
+    assert docs.tolist() == [[0, 0, 0, 0, 1, 1, 1, 2, 2]]
+    assert torch.equal(cu_seqlens_from_documents(docs), cu)
+    pos = positions_from_documents(docs)
+    assert pos.tolist() == [[0, 1, 2, 3, 0, 1, 2, 0, 1]]
+    assert torch.equal(documents_from_positions(pos), docs)
+    transformers = pytest.importorskip("transformers")
+    collator = transformers.DataCollatorWithFlattening(return_position_ids=True)
+    batch = collator([{"input_ids": [5, 6, 7, 8]}, {"input_ids": [9, 10, 11]},
+                      {"input_ids": [12, 13]}])  # fmt: skip
+    hf_pos = torch.as_tensor(batch["position_ids"])
+    assert torch.equal(hf_pos, pos)  # HF's position ids are posenc's
+    assert torch.equal(documents_from_positions(hf_pos), docs)
+
+
+def test_disagreeing_positions_and_documents_are_refused_by_name():
+    lm = _model("rope")
+    idx = torch.zeros(1, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match="documents must not decrease along a row: row 0 "
+                       "goes from 1 to 0 at index 3"):  # fmt: skip
+        lm(idx, documents=torch.tensor([[0, 0, 1, 0, 0]]))
+    with pytest.raises(ValueError, match="positions must restart at 0 where a document "
+                       "starts: row 0, index 2 starts document 1 at position 2"):  # fmt: skip
+        lm(
+            idx,
+            positions=torch.tensor([[0, 1, 2, 3, 4]]),
+            documents=torch.tensor([[0, 0, 1, 1, 1]]),
+        )
+    with pytest.raises(ValueError, match=r"documents must be an int64 tensor of shape \(1, 5\)"):
+        lm(idx, documents=torch.zeros(1, 4, dtype=torch.long))
+    cache = lm.new_cache(1, 10)
+    lm(idx, cache=cache)
+    with pytest.raises(ValueError, match="documents must be given on a cache's first step"):
+        lm(idx, documents=torch.zeros(1, 5, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="documents are not supported with a StaticKVCache"):
+        lm(
+            idx,
+            documents=torch.zeros(1, 5, dtype=torch.long),
+            cache=lm.new_cache(1, 10, static=True),
+        )
+    with pytest.raises(ValueError, match="cu_seqlens must be non-decreasing lengths from 0"):
+        documents_from_cu_seqlens(torch.tensor([1, 3]))
