@@ -182,6 +182,7 @@ BENCHES = {  # name -> script; each writes benchmarks/results/<name>.json
     "decode": "benchmarks/bench_decode.py",
     "alibi": "benchmarks/bench_alibi.py",
     "pope": "benchmarks/bench_pope.py",
+    "packing": "benchmarks/bench_packing.py",
     "gpu": "benchmarks/bench_gpu.py",  # CUDA only: says so and exits 0 elsewhere
     "gpu_scores": "benchmarks/bench_gpu_scores.py",  # CUDA only, as above
 }
