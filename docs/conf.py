@@ -128,6 +128,7 @@ sphinx_gallery_conf = {
         "../examples/scores",
         "../examples/pope",
         "../examples/grids",
+        "../examples/packing",
     ],
     "within_subsection_order": "FileNameSortKey",
     "image_srcset": ["2x"],
@@ -252,6 +253,7 @@ def _unexecuted_notebook(app, docname, out_dir):
 
 
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
+                 "packing.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
                  "text_study.jsonl"]  # fmt: skip
 

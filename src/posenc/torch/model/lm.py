@@ -179,9 +179,9 @@ class TransformerLM(nn.Module):
             (non-decreasing): each document's logits are those it would get alone
             (attention stays within it, positions restart at 0 unless given). With a
             cache, on its first step only; later steps continue each row's last document.
-        context : Context, optional
-            Set by :func:`~posenc.torch.context_parallel_forward`: ``idx`` is then this
-            rank's share of a sequence split across ranks.
+        context : object, optional
+            Set by :func:`~posenc.torch.context_parallel_forward` (never by hand): ``idx``
+            is then this rank's share of a sequence split across ranks.
 
         Returns
         -------
