@@ -146,16 +146,24 @@ def _digits(gen) -> bytes:
 
 
 def _passkey_row(data, n, gen, depth=None) -> np.ndarray:
-    """``n + 1`` bytes: filler with the passkey line inside, then the query and the digits."""
+    """``n + 1`` bytes: filler with the passkey line inside, then the query and the digits.
+
+    ``depth`` (evaluation): the line at that fraction of the filler, the query at the end.
+    ``None`` (training): the line at a random depth, and the query followed by up to half
+    the row of more text, so the query's place in the row says nothing (a model must not
+    learn that rows end with it)."""
     key = _digits(gen)
     line, tail = NEEDLE + key + END, NEEDLE + key
-    fill = n + 1 - len(line) - len(tail)
-    if fill < 1:
+    room = n + 1 - len(line) - len(tail)
+    if room < 1:
         raise ValueError(f"length must leave room for a passkey, got {n}")
-    start = int(torch.randint(0, len(data) - fill, (), generator=gen))
-    filler = bytes(data[start : start + fill])
+    after = 0 if depth is not None else int(torch.randint(0, room // 2 + 1, (), generator=gen))
+    fill = room - after
+    start = int(torch.randint(0, len(data) - room, (), generator=gen))
+    filler = bytes(data[start : start + room])
     at = int(torch.randint(0, fill + 1, (), generator=gen)) if depth is None else int(depth * fill)
-    return np.frombuffer(filler[:at] + line + filler[at:] + tail, dtype=np.uint8)
+    row = filler[:at] + line + filler[at:fill] + tail + filler[fill:]
+    return np.frombuffer(row, dtype=np.uint8)
 
 
 def train_batch(data, n, batch, gen, *, passkeys=0.25):
