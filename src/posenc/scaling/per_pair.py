@@ -21,6 +21,18 @@ __all__ = ["YaRN", "Llama3", "LongRoPE", "Proportional", "yarn_mscale"]
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature ``0.1 * mscale * ln(factor) + 1`` (1 for ``factor <= 1``).
 
+    Parameters
+    ----------
+    factor : float
+        The context-extension factor.
+    mscale : float
+        DeepSeek's ``mscale`` or ``mscale_all_dim`` (1 in YaRN's paper).
+
+    Returns
+    -------
+    float
+        The factor on cos and sin (or, squared, on the softmax scale).
+
     Examples
     --------
     >>> from posenc.scaling import yarn_mscale

@@ -51,7 +51,17 @@ def _starts(documents) -> torch.Tensor:
 
 
 def positions_from_documents(documents) -> torch.Tensor:
-    """Positions restarting at 0 at each document: int64 ``(batch, seq)``.
+    """Positions restarting at 0 at each document.
+
+    Parameters
+    ----------
+    documents : torch.Tensor
+        Int64 document ids ``(batch, seq)``, non-decreasing along each row.
+
+    Returns
+    -------
+    torch.Tensor
+        Int64 ``(batch, seq)``.
 
     Examples
     --------
@@ -86,6 +96,16 @@ def check_agree(positions, documents) -> None:
 def documents_from_positions(position_ids) -> torch.Tensor:
     """Document ids of per-token positions that restart at 0 (HF's flattening collator).
 
+    Parameters
+    ----------
+    position_ids : torch.Tensor
+        Integer ``(batch, seq)``; a document starts wherever the position is 0.
+
+    Returns
+    -------
+    torch.Tensor
+        Int64 ``(batch, seq)``, from 0 in each row.
+
     Examples
     --------
     >>> import torch
@@ -100,7 +120,17 @@ def documents_from_positions(position_ids) -> torch.Tensor:
 
 
 def documents_from_cu_seqlens(cu_seqlens) -> torch.Tensor:
-    """Document ids ``(1, total)`` of one flat sequence from flash-attention's ``cu_seqlens``.
+    """Document ids of one flat sequence, from the cumulative lengths of flash-attention.
+
+    Parameters
+    ----------
+    cu_seqlens : torch.Tensor or sequence of int
+        ``[0, n_1, n_1 + n_2, ...]``, non-decreasing.
+
+    Returns
+    -------
+    torch.Tensor
+        Int64 ``(1, total)``.
 
     Examples
     --------
@@ -117,8 +147,19 @@ def documents_from_cu_seqlens(cu_seqlens) -> torch.Tensor:
 
 
 def cu_seqlens_from_documents(documents) -> torch.Tensor:
-    """Flash-attention's ``cu_seqlens`` (int32) of the documents of every row, in order
-    (rows flattened: a document never spans two rows).
+    """The cumulative lengths (flash-attention's varlen argument) of every row's documents.
+
+    Rows are flattened in order: a document never spans two rows.
+
+    Parameters
+    ----------
+    documents : torch.Tensor
+        Int64 document ids ``(batch, seq)``, non-decreasing along each row.
+
+    Returns
+    -------
+    torch.Tensor
+        Int32 ``(n_documents + 1,)``, from 0 to ``batch * seq``.
 
     Examples
     --------

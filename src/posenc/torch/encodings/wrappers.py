@@ -49,7 +49,22 @@ class _Wrapped(PositionalEncoding):
         return self.inner(*args, **kwargs)  # hooks other than the wrapped one: the inner's
 
     def _qk_forward(self, q, k, positions=None):
-        """``encode_qk`` on ``q`` and ``k`` that share ``positions`` (as RoPE's ``forward``)."""
+        """Encode ``q`` and ``k`` that share positions (as RoPE's ``forward``).
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            Queries ``(batch, heads, seq, head_dim)``.
+        k : torch.Tensor
+            Keys ``(batch, kv_heads, seq, head_dim)``.
+        positions : torch.Tensor or range, optional
+            ``(seq,)`` or ``(batch, seq)``; default ``0 .. seq - 1``.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            The encoded queries and keys, shapes kept.
+        """
         if q.dim() != 4 or k.dim() != 4 or q.shape[2] != k.shape[2]:
             raise ValueError(
                 f"q and k must be 4-D with the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
@@ -138,7 +153,19 @@ class ChannelSlice(_Wrapped):
         return q, k
 
     def softmax_scale(self, head_dim):
-        return head_dim**-0.5  # the whole head's width, not the slice's
+        """``1 / sqrt(head_dim)`` of the whole head, not of the slice.
+
+        Parameters
+        ----------
+        head_dim : int
+            Width of one head.
+
+        Returns
+        -------
+        float
+            The attention's scale.
+        """
+        return head_dim**-0.5
 
     def extra_repr(self):
         return f"start={self.start}, width={self.width}"
@@ -173,6 +200,18 @@ class SoftmaxFactor(_Wrapped):
         self.factor = float(factor)
 
     def softmax_scale(self, head_dim):
+        """The inner encoding's scale times ``factor``.
+
+        Parameters
+        ----------
+        head_dim : int
+            Width of one head.
+
+        Returns
+        -------
+        float
+            The attention's scale.
+        """
         return self.inner.softmax_scale(head_dim) * self.factor
 
     def extra_repr(self):

@@ -28,7 +28,24 @@ __all__ = ["shard_index", "causal_work", "context_parallel_forward", "Context"]
 
 
 def shard_index(seq: int, rank: int, world: int, *, balanced: bool = True) -> torch.Tensor:
-    """Global indices of the tokens rank ``rank`` holds: int64 ``(seq // world,)``.
+    """Global indices of the tokens one rank holds.
+
+    Parameters
+    ----------
+    seq : int
+        Sequence length, a multiple of ``2 * world``.
+    rank : int
+        The rank, in ``[0, world)``.
+    world : int
+        Ranks in the group.
+    balanced : bool
+        Head-tail chunks ``rank`` and ``2 * world - 1 - rank`` (default), or one
+        contiguous piece.
+
+    Returns
+    -------
+    torch.Tensor
+        Int64 ``(seq // world,)``, increasing.
 
     Examples
     --------
@@ -51,7 +68,21 @@ def shard_index(seq: int, rank: int, world: int, *, balanced: bool = True) -> to
 
 
 def causal_work(seq: int, world: int, *, balanced: bool = True) -> list:
-    """Query-key pairs each rank scores under a causal mask (its share of the work).
+    """Query-key pairs each rank scores under a causal mask: its share of the work.
+
+    Parameters
+    ----------
+    seq : int
+        Sequence length, a multiple of ``2 * world``.
+    world : int
+        Ranks in the group.
+    balanced : bool
+        Head-tail shards (default) or contiguous ones.
+
+    Returns
+    -------
+    list of int
+        One count per rank.
 
     Examples
     --------
@@ -107,7 +138,7 @@ class Context:
 
 def context_parallel_forward(lm, idx, *, positions=None, documents=None, group=None,
                              balanced=True):  # fmt: skip
-    """This rank's logits of ``lm`` on ``idx``, the sequence split across ``group``'s ranks.
+    """The logits of this rank's tokens, the sequence split across the ranks of a group.
 
     Every rank passes the whole batch (same ``idx``, ``positions``, ``documents``) and gets
     the logits of its own tokens. Gradients of a loss on them, summed over the ranks
@@ -124,15 +155,15 @@ def context_parallel_forward(lm, idx, *, positions=None, documents=None, group=N
         or restarting at each document.
     documents : torch.Tensor, optional
         Packed document ids ``(batch, seq)``.
-    group : ProcessGroup, optional
-        Default: the world.
+    group : object, optional
+        A ``torch.distributed`` process group; default: the world.
     balanced : bool
         Head-tail chunks (default) or contiguous ones.
 
     Returns
     -------
-    logits : torch.Tensor
-        ``(batch, seq // world, vocab)`` for the tokens :func:`shard_index` gives.
+    torch.Tensor
+        Logits ``(batch, seq // world, vocab)`` of the tokens :func:`shard_index` gives.
     """
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     b, n = idx.shape

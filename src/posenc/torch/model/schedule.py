@@ -97,7 +97,20 @@ class Schedule:
 
     @classmethod
     def uniform(cls, encoding, depth) -> Schedule:
-        """Every layer with ``encoding`` (also the input's, if it acts there)."""
+        """Every layer with ``encoding`` (also the input's, if it acts there).
+
+        Parameters
+        ----------
+        encoding : PositionalEncoding
+            The one encoding.
+        depth : int
+            Number of layers.
+
+        Returns
+        -------
+        Schedule
+            ``depth`` identical layers.
+        """
         check_encoding(encoding)
         acts_on_input = "input" in encoding.places
         return cls([Layer(encoding)] * depth, input=encoding if acts_on_input else None)
@@ -175,7 +188,18 @@ class Schedule:
         return self.layers[i]
 
     def encoding_of(self, i) -> PositionalEncoding:
-        """Layer ``i``'s encoding (a shared :class:`NoPE` where it has none)."""
+        """The encoding of one layer (a shared :class:`~posenc.torch.NoPE` where it has none).
+
+        Parameters
+        ----------
+        i : int
+            Layer index.
+
+        Returns
+        -------
+        PositionalEncoding
+            What the layer's attention calls.
+        """
         enc = self.layers[i].encoding
         return _NOPE if enc is None else enc
 
