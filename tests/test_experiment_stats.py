@@ -114,8 +114,16 @@ def test_learned_is_judged_by_exact_match_whatever_metric_is_tabulated():
 def test_bad_metric():
     with pytest.raises(ValueError, match="metric must be 'exact' or 'token', got 'loss'"):
         summarise(_rows("x", [0.5]), "loss")
-    with pytest.raises(ValueError, match="metric must be 'exact' or 'token', got 'loss'"):
+    with pytest.raises(ValueError, match=r"metric must be one of \('exact', 'token', "
+                       r"'passkey', '-loss'\), got 'loss'"):  # fmt: skip
         paired(_rows("x", [0.5]), "copy", "x", "x", 32, "loss")
+
+
+def test_a_lower_loss_wins_as_its_negation():
+    rows = [{"task": "text", "encoding": e, "seed": s, "loss": {"128": v + 0.01 * s}}
+            for e, v in (("a", 1.5), ("b", 1.9)) for s in range(3)]  # fmt: skip
+    c = paired(rows, "text", "a", "b", 128, "-loss", learned_only=False)
+    assert c.winner == "a" and c.wins == 3 and abs(c.mean - 0.4) < 1e-12
 
 
 def test_compare_command_prints_one_verdict_per_size(tmp_path, capsys):

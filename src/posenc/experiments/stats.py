@@ -71,25 +71,33 @@ def per_seed(rows, task, encoding, size, metric="exact") -> dict:
         The cell.
     size : int or str
         Test problem size.
-    metric : {"exact", "token"}
-        Exact match or token accuracy.
+    metric : {"exact", "token", "passkey", "-loss"}
+        Exact match or token accuracy (the grid); passkey accuracy or the loss per byte,
+        negated so that higher is better here too (the text study).
 
     Returns
     -------
     dict
-        Seed to accuracy, sorted by seed.
+        Seed to value, sorted by seed.
 
     Examples
     --------
     >>> rows = [{"task": "copy", "encoding": "rope", "seed": 1, "exact": {"16": 0.5}}]
     >>> per_seed(rows, "copy", "rope", 16)
     {1: 0.5}
+    >>> per_seed([{"task": "text", "encoding": "rope", "seed": 0, "loss": {"128": 1.5}}],
+    ...          "text", "rope", 128, "-loss")
+    {0: -1.5}
     """
-    if metric not in ("exact", "token"):
-        raise ValueError(f"metric must be 'exact' or 'token', got {metric!r}")
-    found = {r["seed"]: r[metric][str(size)] for r in rows
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    sign, key = (-1.0, metric[1:]) if metric.startswith("-") else (1.0, metric)
+    found = {r["seed"]: sign * r[key][str(size)] for r in rows
              if r["task"] == task and r["encoding"] == encoding}  # fmt: skip
     return dict(sorted(found.items()))
+
+
+METRICS = ("exact", "token", "passkey", "-loss")
 
 
 def learned_seeds(rows, task, encoding) -> list:
