@@ -83,3 +83,21 @@ def test_head_tail_chunks_balance_causal_work():
     assert sorted(every.tolist()) == list(range(24))  # each token on exactly one rank
     with pytest.raises(ValueError, match="seq must be a multiple of 2 \\* world = 6"):
         shard_index(10, 0, 3)
+
+
+def test_positions_given_as_a_range_keep_their_start(tmp_path):
+    # one gloo rank in this process: the sharded forward at positions 5.. is the model's
+    from posenc.torch import SinusoidalEncoding
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        torch.manual_seed(0)
+        lm = TransformerLM(V, D, 1, H, encoding=SinusoidalEncoding(D, max_len=64)).double()
+        idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            got = context_parallel_forward(lm, idx, positions=range(5, 13))
+            want = lm(idx, range(5, 13))
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    finally:
+        dist.destroy_process_group()

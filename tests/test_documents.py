@@ -144,3 +144,39 @@ def test_disagreeing_positions_and_documents_are_refused_by_name():
         )
     with pytest.raises(ValueError, match="cu_seqlens must be non-decreasing lengths from 0"):
         documents_from_cu_seqlens(torch.tensor([1, 3]))
+
+
+def test_flex_block_masks_follow_each_rows_documents():
+    # rows pack differently; a block mask built from the first row alone skipped the
+    # blocks the second row needs (found by review: 1.9 off with blocks of 128)
+    docs = torch.stack([torch.repeat_interleave(torch.tensor([0, 1]), 128), torch.zeros(256)])
+    docs = docs.long()
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, H, 256, HD, generator=g) for _ in range(3))
+    sdpa = attend(q, k, v, ALiBi(H), documents=docs, backend="sdpa")
+    flex = attend(q, k, v, ALiBi(H), documents=docs, backend="flex")
+    torch.testing.assert_close(flex, sdpa, rtol=1e-5, atol=1e-5)
+
+
+def test_decoding_continues_the_last_real_document_not_a_padding_one():
+    lm = _model("rope")
+    docs = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1]])
+    real = torch.tensor([[True] * 5 + [False] * 3])  # document 1 is padding only
+    idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(8))
+    nxt = torch.tensor([[3]])
+    with torch.no_grad():
+        cache = lm.new_cache(1, 9)
+        lm(idx, padding_mask=real, documents=docs, cache=cache)
+        got = lm(nxt, cache=cache)[0, -1]
+        want = lm(torch.cat([idx[:, :5], nxt], 1))[0, -1]  # document 0 continued alone
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_range_positions_with_documents_are_checked_too():
+    lm = _model("rope")
+    idx = torch.zeros(2, 6, dtype=torch.long)
+    docs = torch.tensor([[0, 0, 0, 1, 1, 1]] * 2)
+    with pytest.raises(ValueError, match="positions must restart at 0 where a document starts"):
+        lm(idx, positions=range(6), documents=docs)
+    with pytest.raises(ValueError, match="positions must restart at 0 where a document starts"):
+        attend(*(torch.zeros(2, H, 6, HD) for _ in range(3)), documents=docs, k_positions=range(6))

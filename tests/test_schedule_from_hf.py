@@ -116,3 +116,51 @@ def test_what_posenc_cannot_build_is_refused_by_name():
     with pytest.raises(ValueError, match="model_type 'not_a_model' is not one whose pairing"):
         RotaryEmbedding.from_hf(cfg)
     assert RotaryEmbedding.from_hf(cfg, pairing="interleaved").pairing == "interleaved"
+
+
+def test_config_dicts_follow_their_classes_rules_or_are_refused():
+    from posenc.hf import schedule_from_hf
+
+    base = {"hidden_size": 64, "num_attention_heads": 2, "max_position_embeddings": 256,
+            "rope_theta": 1e4, "num_hidden_layers": 4, "sliding_window": 16}  # fmt: skip
+    windows = lambda cfg: [layer["window"] for layer in schedule_from_hf(cfg)["layers"]]  # noqa: E731
+    assert windows(base | {"model_type": "qwen2", "use_sliding_window": False}) == [None] * 4
+    qwen = base | {"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 2}
+    assert windows(qwen) == [None, None, 16, 16]  # HF: layers >= max_window_layers slide
+    assert windows(base | {"model_type": "mistral"}) == [16] * 4
+    with pytest.raises(ValueError, match="which layers of 'gemma2' slide is its config class"):
+        schedule_from_hf(base | {"model_type": "gemma2"})
+    llama4 = {k: v for k, v in base.items() if k != "sliding_window"} | {
+        "model_type": "llama4_text"
+    }
+    layers = schedule_from_hf(llama4)["layers"]  # the class defaults: every 4th without RoPE
+    assert [layer["rope"] is None for layer in layers] == [False, False, False, True]
+    assert [layer["chunk"] for layer in layers] == [8192, 8192, 8192, None]
+    assert layers[3]["temperature"] == {"scale": 0.1, "floor": 8192.0, "shift": 1}
+    with pytest.raises(ValueError, match="no_rope_layers must have num_hidden_layers=4"):
+        schedule_from_hf(llama4 | {"no_rope_layers": [1, 0]})
+    gemma = base | {"model_type": "gemma3_text", "head_dim": 32,
+                    "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+                    "rope_parameters": {"sliding_attention": {"rope_type": "default",
+                                                              "rope_theta": 1e4}}}  # fmt: skip
+    with pytest.raises(ValueError, match="no entry for the attention layer type 'full_attention'"):
+        schedule_from_hf(gemma)
+    mini = {k: v for k, v in base.items() if k != "sliding_window"} | {
+        "model_type": "ministral3", "rope_scaling": {"rope_type": "default", "rope_theta": 1e4,
+        "llama_4_scaling_beta": 0.1, "original_max_position_embeddings": 128}}  # fmt: skip
+    assert schedule_from_hf(mini)["layers"][0]["temperature"] == {
+        "scale": 0.1, "floor": 128.0, "shift": 0}  # fmt: skip
+
+
+def test_wrappers_call_score_encodings_written_without_out():
+    from posenc.torch import PositionalEncoding, SoftmaxFactor, attend
+
+    class Plain(PositionalEncoding):
+        def score_bias(self, q_positions, k_positions):  # no out= parameter
+            return -torch.ones(1, 1, len(q_positions), len(k_positions))
+
+    q = k = v = torch.randn(1, 2, 5, 8)
+    with torch.no_grad():
+        got = attend(q, k, v, SoftmaxFactor(Plain(), factor=1.0))
+        want = attend(q, k, v, Plain())
+    torch.testing.assert_close(got, want)

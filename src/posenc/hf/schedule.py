@@ -31,6 +31,11 @@ TEMPERATURE_BETA = frozenset(("ministral3", "mistral4"))
 # softmax scale 1 (query and key norms instead): the factor is sqrt(head_dim)
 SCALE_ONE = frozenset(("gemma3n_text", "gemma4_text", "gemma4_unified_text",
                        "diffusion_gemma_text", "embedding_gemma2_text"))  # fmt: skip
+# model types whose every layer slides when sliding_window is set (no layer_types)
+WINDOW_EVERY_LAYER = frozenset(("mistral", "mixtral", "ministral", "starcoder2", "phi3", "phimoe"))
+# Llama4TextConfig's defaults of the keys the schedule reads
+LLAMA4_DEFAULTS = {"attention_chunk_size": 8192, "attn_temperature_tuning": True,
+                   "attn_scale": 0.1, "floor_scale": 8192}  # fmt: skip
 # schedules posenc does not build from a config, and why
 NO_SCHEDULE = {
     "beam": "its layers without RoPE scale queries by (1 + (p + 1) / 2048) ** 0.1, which "
@@ -79,13 +84,11 @@ def schedule_from_hf(config):
         if model_type in table:
             raise ValueError(f"model_type {model_type!r} is not reproduced: {table[model_type]}")
     depth = cfg.get("num_hidden_layers")
-    if not isinstance(depth, int) or depth < 1:
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"config must give num_hidden_layers >= 1, got {depth!r}")
-    types = list(cfg.get("layer_types") or ["full_attention"] * depth)
-    if len(types) != depth:
-        raise ValueError(
-            f"layer_types must have num_hidden_layers={depth} entries, got {len(types)}"
-        )
+    if model_type in NO_ROPE_KEY:
+        cfg = _llama4_defaults(cfg, model_type, depth)
+    types = _layer_types(cfg, model_type, depth)
     ropes = {t: _rope(config, cfg, model_type, t) for t in dict.fromkeys(types)}
     if _mla(cfg):  # the rotated slice is a RoPE of its own width
         rope_width = int(cfg["qk_rope_head_dim"])
@@ -97,7 +100,7 @@ def schedule_from_hf(config):
                     f"{model_type}: the rotary width {r.get('rotary_dim') or r['head_dim']} is "
                     f"not qk_rope_head_dim={rope_width}, posenc cannot place it"
                 )
-    uses = cfg.get("no_rope_layers") if model_type in NO_ROPE_KEY else None
+    uses = cfg["no_rope_layers"] if model_type in NO_ROPE_KEY else None
     layers = []
     for i, kind in enumerate(types):
         rope = ropes[kind]
@@ -126,19 +129,62 @@ def _rope(config, cfg, model_type, layer_type):
     per_type = isinstance(params, dict) and any(
         k in labels or isinstance(v, dict) for k, v in params.items()
     )
+    if per_type and layer_type not in params and "attention" in layer_type:
+        raise ValueError(
+            f"rope_parameters has no entry for the attention layer type {layer_type!r} "
+            f"(it has {sorted(params)}); {model_type}'s config class fills it in: pass the "
+            "transformers config object"
+        )
     if per_type and params.get(layer_type) is None:
-        return None  # a type without RoPE: NoPE attention, or no attention (conv, mamba)
+        return None  # explicitly no RoPE, or a layer type without attention (conv, mamba)
     return from_hf(config, layer_type=layer_type if per_type else None)
+
+
+def _layer_types(cfg, model_type, depth):
+    """Every layer's type: the config's ``layer_types``, else the rule of its class."""
+    types = cfg.get("layer_types")
+    if types:
+        if len(types) != depth:
+            raise ValueError(
+                f"layer_types must have num_hidden_layers={depth} entries, got {len(types)}"
+            )
+        return list(types)
+    if not cfg.get("sliding_window"):
+        return ["full_attention"] * depth
+    if "use_sliding_window" in cfg:  # Qwen2's rule: from max_window_layers on, if enabled
+        first = cfg.get("max_window_layers", depth) if cfg["use_sliding_window"] else depth
+        return ["sliding_attention" if i >= first else "full_attention" for i in range(depth)]
+    if model_type in WINDOW_EVERY_LAYER:
+        return ["sliding_attention"] * depth
+    raise ValueError(
+        f"config gives sliding_window but no layer_types, and which layers of {model_type!r} "
+        "slide is its config class's rule: pass the transformers config object"
+    )
+
+
+def _llama4_defaults(cfg, model_type, depth):
+    """Llama 4's and SmolLM3's class defaults where a config.json is silent: a layer
+    without RoPE every ``no_rope_layer_interval`` (4), Llama 4's chunks and temperature."""
+    cfg = dict(cfg)
+    uses = cfg.get("no_rope_layers") or [
+        int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0) for i in range(depth)
+    ]  # an empty list means the default too, as in the config classes
+    if len(uses) != depth:
+        raise ValueError(f"no_rope_layers must have num_hidden_layers={depth} entries, "
+                         f"got {len(uses)}")  # fmt: skip
+    cfg["no_rope_layers"] = uses
+    if model_type in TEMPERATURE_NOPE:
+        for key, value in LLAMA4_DEFAULTS.items():
+            cfg.setdefault(key, value)
+        if not cfg.get("layer_types"):
+            cfg["layer_types"] = ["chunked_attention" if u else "full_attention" for u in uses]
+    return cfg
 
 
 def _window(cfg, kind, types):
     window = cfg.get("sliding_window")
-    if not window:
-        return None
-    if kind == "sliding_attention" or kind.endswith("_sliding"):
+    if window and (kind == "sliding_attention" or kind.endswith("_sliding")):
         return int(window)
-    if set(types) == {"full_attention"} and not cfg.get("layer_types"):
-        return int(window)  # Mistral's: one window for every layer
     return None
 
 
@@ -150,7 +196,7 @@ def _chunk(cfg, kind):
 def _temperature(cfg, model_type, rope):
     if model_type in TEMPERATURE_NOPE and rope is None and cfg.get("attn_temperature_tuning"):
         return {"scale": float(cfg["attn_scale"]), "floor": float(cfg["floor_scale"]), "shift": 1}
-    params = cfg.get("rope_parameters") or {}
+    params = _flat_params(cfg)
     beta = params.get("llama_4_scaling_beta")
     if model_type in TEMPERATURE_BETA and beta:
         floor = params.get("original_max_position_embeddings")
@@ -161,6 +207,15 @@ def _temperature(cfg, model_type, rope):
             )
         return {"scale": float(beta), "floor": float(floor), "shift": 0}
     return None
+
+
+def _flat_params(cfg):
+    """The flat rope dict, with HF's precedence (``rope_scaling`` first); ``{}`` where the
+    parameters are given per layer type."""
+    try:
+        return read.rope_params(cfg)
+    except ValueError:
+        return {}
 
 
 def _mla(cfg):
@@ -178,7 +233,7 @@ def _softmax_factor(cfg, model_type, rope):
     """The factor on ``1 / sqrt(head_dim)`` the model's attention uses, or None (1)."""
     width = _qk_width(cfg, {"": rope})
     if _mla(cfg):
-        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        params = _flat_params(cfg)
         kind = params.get("rope_type", params.get("type", "default"))
         if kind != "default" and params.get("mscale_all_dim"):
             return yarn_mscale(params["factor"], params["mscale_all_dim"]) ** 2

@@ -76,11 +76,14 @@ def positions_from_documents(documents) -> torch.Tensor:
     return index - start.cummax(dim=1).values  # (batch, seq)
 
 
-def check_agree(positions, documents) -> None:
+def check_agree(positions, documents) -> torch.Tensor:
     """Refuse positions that do not restart at 0 where a document starts (after a row's
-    first token, which may continue a document)."""
+    first token, which may continue a document); return them as a tensor (a ``range``
+    made one)."""
+    if isinstance(positions, range):
+        positions = torch.arange(positions.start, positions.stop, device=documents.device)[None]
     if positions.dim() == 3:  # grid coordinates (M-RoPE): a document starts at any point
-        return
+        return positions
     starts = _starts(documents)
     starts[:, 0] = False
     wrong = starts & (positions.expand_as(documents) != 0)
@@ -91,6 +94,7 @@ def check_agree(positions, documents) -> None:
             f"starts document {int(documents[row, i])} at position "
             f"{int(positions.expand_as(documents)[row, i])}"
         )
+    return positions
 
 
 def documents_from_positions(position_ids) -> torch.Tensor:
@@ -140,10 +144,13 @@ def documents_from_cu_seqlens(cu_seqlens) -> torch.Tensor:
     tensor([[0, 0, 0, 1, 1, 2]])
     """
     cu = torch.as_tensor(cu_seqlens)
+    if cu.dtype.is_floating_point or cu.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu.dtype}")
     if cu.dim() != 1 or len(cu) < 2 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
         raise ValueError(f"cu_seqlens must be non-decreasing lengths from 0, got {cu.tolist()}")
     lengths = (cu[1:] - cu[:-1]).long()
-    return torch.repeat_interleave(torch.arange(len(lengths)), lengths)[None]
+    ids = torch.arange(len(lengths), device=cu.device)
+    return torch.repeat_interleave(ids, lengths)[None]
 
 
 def cu_seqlens_from_documents(documents) -> torch.Tensor:
@@ -174,11 +181,20 @@ def cu_seqlens_from_documents(documents) -> torch.Tensor:
     return torch.cat([starts, total]).int()
 
 
-def after_last_document(q_pos, documents):
-    """One past the largest coordinate of each row's last document: ``(batch, 1)``, where a
-    step without positions continues (the running maximum would count earlier documents)."""
-    t = torch.as_tensor(q_pos if not isinstance(q_pos, range) else list(q_pos))
-    t = t.to(documents.device).expand(documents.shape[0], *t.shape[1:]) if t.dim() > 1 else t
-    t = t.reshape(documents.shape[0], documents.shape[1], -1).amax(-1)  # (batch, n)
-    last = documents == documents[:, -1:]  # (batch, n): the row's last document
-    return (torch.where(last, t, torch.full_like(t, -1)).amax(1, keepdim=True) + 1).long()
+def after_last_document(q_pos, documents, real=None):
+    """Where decoding continues after a packed prefill: each row's last document with a real
+    token (``real``: bool ``(batch, n)``, ``False`` on padding) and one past its largest
+    real coordinate, each ``(batch, 1)``; the running maximum of the positions would count
+    earlier documents, and a padding document continues nothing."""
+    b, n = documents.shape
+    if isinstance(q_pos, range):
+        q_pos = torch.arange(q_pos.start, q_pos.stop, device=documents.device)[None]
+    t = q_pos.to(documents.device).expand(b, *q_pos.shape[1:]).reshape(b, n, -1).amax(-1)
+    real = torch.ones_like(documents, dtype=torch.bool) if real is None else real
+    index = torch.arange(n, device=documents.device).expand(b, n)
+    at = torch.where(real, index, torch.full_like(index, -1)).amax(1, keepdim=True)
+    at = torch.where(real.any(1, keepdim=True), at, torch.full_like(at, n - 1))  # (b, 1)
+    last = documents.gather(1, at)  # (batch, 1): the last real token's document
+    mine = (documents == last) & real  # (batch, n)
+    nxt = torch.where(mine, t, torch.full_like(t, -1)).amax(1, keepdim=True) + 1
+    return nxt.clamp(min=0).long(), last

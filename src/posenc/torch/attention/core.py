@@ -128,6 +128,8 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
          documents=None, order=None) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers of
     one kind (``limits``: their sliding window and chunk)."""
+    if order is not None and backend == "auto":
+        backend = "sdpa"  # context parallelism runs on SDPA
     backend = resolve_backend(backend, encoding, device)
     if backend == "flex" and order is not None:
         raise ValueError("backend 'flex' does not run context-parallel steps: use 'sdpa'")
@@ -244,8 +246,8 @@ def attend(
         if k_positions is None:
             k_positions = positions_from_documents(docs)
     k_pos = position_arg(k_positions, b, sk, axes=enc.position_axes)
-    if docs is not None and not isinstance(k_pos, range):
-        check_agree(k_pos, docs)
+    if docs is not None:
+        k_pos = check_agree(k_pos, docs)
     if q_positions is None and sq > sk:
         raise ValueError(
             f"q_positions must be given when there are more queries ({sq}) than keys ({sk})"

@@ -144,4 +144,6 @@ def flex_plan(
         return ok
 
     batch = None if key_valid is None else key_valid.shape[0]
+    if documents is not None:  # every row its own documents: a block mask per row
+        batch = max(documents[0].shape[0], documents[1].shape[0])
     return score_mod, create_block_mask(visible, batch, None, seq_q, seq_k, device=device)

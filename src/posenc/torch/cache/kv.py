@@ -25,11 +25,10 @@ __all__ = ["KVCache"]
 class KVCache:
     """Keys and values of every attention layer, appended to one step at a time.
 
-    Build one with :meth:`TransformerLM.new_cache <posenc.torch.TransformerLM.new_cache>`
-    or :meth:`MultiHeadAttention.new_cache <posenc.torch.MultiHeadAttention.new_cache>`
-    and pass it as ``cache=`` to their forward: every call appends its tokens. Keys are
-    stored after the encoding's query/key hook unless the encoding says otherwise
-    (:attr:`~posenc.torch.PositionalEncoding.caches_encoded_keys`).
+    Build one with the ``new_cache`` of :class:`~posenc.torch.TransformerLM` or
+    :class:`~posenc.torch.MultiHeadAttention` and pass it as ``cache=`` to their forward:
+    every call appends its tokens. Keys are stored after the encoding's query/key hook
+    unless it says otherwise (``caches_encoded_keys``).
 
     Parameters
     ----------
@@ -50,10 +49,8 @@ class KVCache:
     device : torch.device, optional
         Where the buffers live.
     position_axes : int
-        Coordinates per token (the encoding's
-        :attr:`~posenc.torch.PositionalEncoding.position_axes`): 1 keeps ``(batch,
-        max_len)`` positions, which a first grid step widens; more allocates grid
-        coordinates from the start.
+        Coordinates per token (the encoding's ``position_axes``): 1 keeps ``(batch,
+        max_len)`` positions (a first grid step widens them), more allocates a grid.
 
     Attributes
     ----------
@@ -64,11 +61,11 @@ class KVCache:
         ``(batch, max_len, n_axes)`` for grid coordinates (a 1-D position ``p`` is stored
         as ``(p, ..., p)``).
     next_position : torch.Tensor
-        Int64 ``(batch, 1)``: one past each row's largest stored coordinate, where a
-        step without positions continues once positions or padding were given.
-    valid : torch.Tensor
-        Bool ``(batch, max_len)``: ``True`` where a real token is cached (``False`` for
-        padding and for unfilled slots).
+        Int64 ``(batch, 1)``: where a step without positions continues (one past each
+        row's largest coordinate, or its last document's after a packed prefill).
+    valid, documents : torch.Tensor
+        ``(batch, max_len)``: bool, ``True`` where a real token is cached; int64, the
+        document of each slot (packed rows).
     length : int
         Number of filled slots.
 
@@ -110,6 +107,7 @@ class KVCache:
         self.padded = False  # was a padding mask ever given?
         self.contiguous = True  # are the positions 0 .. length - 1 in every row?
         self.packed = False  # were documents given (a packed prefill)?
+        self.last_document = None  # (batch, 1): the document later steps continue
         self.valid.fill_(False)
         self.documents.zero_()
         remember_bounds(self.positions.zero_(), 0, 0)  # known on the host: no read later
@@ -244,11 +242,14 @@ class KVCache:
         self._pending = (saved, *self._next_after(q_pos))  # until the step commits
         docs = None
         if documents is not None:
-            self.documents[:, start:stop] = documents.to(self.documents.device)
+            documents = documents.to(self.documents.device)
+            self.documents[:, start:stop] = documents
             self.packed = True
-            self._pending = (saved, after_last_document(q_pos, documents), None)
-        elif self.packed:  # the new tokens continue each row's last document
-            self.documents[:, start:stop] = self.documents[:, start - 1 : start]
+            real = self.valid[:, start:stop]  # (batch, n): padding continues no document
+            nxt, self.last_document = after_last_document(q_pos, documents, real)
+            self._pending = (saved, nxt, None)
+        elif self.packed:  # the new tokens continue each row's last real document
+            self.documents[:, start:stop] = self.last_document
         if self.packed:
             docs = (self.documents[:, start:stop], self.documents[:, :stop])
         hi = joined(stored, known_bounds(q_pos))

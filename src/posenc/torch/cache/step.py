@@ -43,8 +43,8 @@ def place(axes, batch, n, positions, padding_mask, cache, documents=None) -> Pla
             positions = positions_from_documents(docs)  # (batch, n): 0 at each start
     if positions is not None:
         positions = position_arg(positions, batch, n, axes=axes)
-        if docs is not None and not isinstance(positions, range):
-            check_agree(positions, docs)
+        if docs is not None:
+            positions = check_agree(positions, docs)
     if cache is None:
         pos = range(n) if positions is None else positions
         return Placed(pos, pos, 0, padding_mask, None, None if docs is None else (docs, docs))

@@ -12,6 +12,7 @@ Shape legend: ``q`` is ``(batch, heads, seq_q, head_dim)``, ``k`` is
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -79,6 +80,8 @@ class _Wrapped(PositionalEncoding):
         return self.inner.encode_qk(q, k, q_positions, k_positions, inplace=inplace)
 
     def score_bias(self, q_positions, k_positions, *, out=None):
+        if "out" not in inspect.signature(self.inner.score_bias).parameters:
+            return self.inner.score_bias(q_positions, k_positions)  # written without out=
         return self.inner.score_bias(q_positions, k_positions, out=out)
 
     def score_mod(self, q_positions, k_positions):

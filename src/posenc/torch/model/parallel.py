@@ -175,9 +175,10 @@ def context_parallel_forward(lm, idx, *, positions=None, documents=None, group=N
     if positions is None:
         positions = range(n) if docs is None else positions_from_documents(docs)
     pos = position_arg(positions, b, n, axes=axes)
-    pos = torch.arange(n, device=idx.device)[None] if isinstance(pos, range) else pos
+    if isinstance(pos, range):  # its own values: a range need not start at 0
+        pos = torch.arange(pos.start, pos.stop, device=idx.device)[None]
     if docs is not None:
-        check_agree(pos, docs)
+        pos = check_agree(pos, docs)
     ctx = Context(group, q_index, k_index, pos[:, k_index],
                   None if docs is None else docs[:, k_index])  # fmt: skip
     return lm(idx[:, q_index], pos[:, q_index], context=ctx,
