@@ -125,7 +125,7 @@ def check_padding_mask(padding_mask, batch, seq):
 
 def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backend, dtype, device,
          cache=None, start=0, full_kv=False, limits=(None, None),
-         documents=None, order=None) -> Step:  # fmt: skip
+         documents=None, order=None, context=None) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers of
     one kind (``limits``: their sliding window and chunk)."""
     if order is not None and backend == "auto":
@@ -136,7 +136,7 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
     if backend == "flex" and dtype not in FLEX_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in FLEX_DTYPES)
         raise ValueError(f"backend='flex' takes {names} (FlexAttention's kernels), got {dtype}")
-    step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv)
+    step = Step(q_positions, k_positions, cache, start, backend, full_kv=full_kv, context=context)
     if backend == "sdpa":
         try:
             step.mask, step.is_causal = _mask(

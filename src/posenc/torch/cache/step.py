@@ -69,11 +69,9 @@ def plan_layer(encoding, placed: Placed, *, limits=(None, None), **kw) -> Step:
             documents = (documents[0], cache.documents)  # every slot's document
     ctx = placed.context
     order = None if ctx is None else (ctx.q_index, ctx.k_index)
-    step = plan(encoding, placed.q_positions, k_pos, key_valid=key_valid, cache=cache,
+    return plan(encoding, placed.q_positions, k_pos, key_valid=key_valid, cache=cache,
                 start=start, full_kv=full_kv, limits=limits, documents=documents, order=order,
-                **kw)  # fmt: skip
-    step.context = ctx
-    return step
+                context=ctx, **kw)  # fmt: skip
 
 
 def len_new(placed: Placed) -> int:
