@@ -98,7 +98,7 @@ class _Wrapped(PositionalEncoding):
 
 
 class ChannelSlice(_Wrapped):
-    """A query/key encoding on channels ``start .. start + width`` of each head only.
+    """A query/key encoding on the channels ``start`` to ``start + width - 1`` of each head.
 
     The rest of the head passes through unchanged: DeepSeek-V2/V3's decoupled RoPE
     rotates the trailing ``qk_rope_head_dim`` channels of a ``[nope, rope]`` head, which is
