@@ -191,3 +191,52 @@ def test_one_block_mask_per_model_step_shared_by_layers(monkeypatch):
         lm(idx)  # causal only: built once for this shape ...
         lm(idx)  # ... and reused by the next call
         assert len(built) == 2
+
+
+@pytest.mark.parametrize("documents", [False, True])
+def test_flex_plan_traces_whole_under_dynamo(documents):
+    # torch.compile(fullgraph=True) traces flex_plan's mask closure; dynamo refuses a closure
+    # over a variable bound in one branch only ("Read uninitialized cell"), which broke every
+    # compiled decode step with a score bias on CUDA. backend="eager": the trace, not inductor.
+    torch._dynamo.reset()
+    lm = make_lm("alibi", depth=2, backend="flex").float().eval()
+    idx = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    docs = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2], [0, 0, 0, 0, 0, 1, 1, 1, 1]])
+    kw = {"documents": docs} if documents else {}
+    step = torch.compile(lm, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        cache = lm.new_cache(2, 12, static=True)
+        if documents:  # a packed training step: the whole rows, no cache
+            out = [step(idx, documents=docs)]
+        else:
+            out = [step(idx[:, :6], cache=cache)]
+            out += [step(idx[:, t : t + 1], cache=cache) for t in range(6, 9)]
+        for block in lm.blocks:
+            block.attn.backend = "sdpa"
+        full = lm(idx, **kw)
+    torch.testing.assert_close(torch.cat(out, 1), full[:, : sum(o.shape[1] for o in out)],
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
+    torch._dynamo.reset()
+
+
+def test_compiled_documents_are_checked_as_eager_ones_are():
+    # under torch.compile the checks are ops (no host read to branch on); they still refuse
+    torch._dynamo.reset()
+    lm = make_lm("alibi", depth=1, backend="flex").float().eval()
+    step = torch.compile(lm, fullgraph=True, backend="eager")
+    idx = torch.randint(0, V, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="documents must not decrease along a row"):
+            step(idx, documents=torch.tensor([[0, 0, 1, 1, 0, 0]]))
+        with pytest.raises(ValueError, match="at every document start"):
+            step(
+                idx,
+                torch.tensor([[0, 1, 2, 3, 4, 5]]),
+                documents=torch.tensor([[0, 0, 0, 1, 1, 1]]),
+            )
+        good = step(
+            idx, torch.tensor([[0, 1, 2, 0, 1, 2]]), documents=torch.tensor([[0, 0, 0, 1, 1, 1]])
+        )
+        want = lm(idx, documents=torch.tensor([[0, 0, 0, 1, 1, 1]]))
+    torch.testing.assert_close(good, want)
+    torch._dynamo.reset()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from posenc.torch.position_values import checked_positions, traced
+
 __all__ = [
     "check_documents",
     "positions_from_documents",
@@ -32,6 +34,11 @@ def check_documents(documents, batch: int, seq: int) -> torch.Tensor:
         raise ValueError(f"documents must be an int64 tensor of shape ({batch}, {seq}), got {got}")
     if documents.dtype.is_floating_point or documents.dtype == torch.bool:
         raise ValueError(f"documents must hold integer ids, got dtype {documents.dtype}")
+    if seq > 1 and traced(documents):  # compiled: the check is an op the ids depend on
+        steps = checked_positions(documents.diff(dim=1), 0, 0, "document id steps", "",
+                                  "; documents must not decrease along a row")  # fmt: skip
+        first = documents[:, :1].long()  # (batch, 1)
+        return torch.cat([first, first + steps.long().cumsum(1)], 1)  # (batch, seq)
     if seq > 1:
         down = documents[:, 1:] < documents[:, :-1]  # (batch, seq - 1)
         if bool(down.any()):
@@ -86,6 +93,10 @@ def check_agree(positions, documents) -> torch.Tensor:
         return positions
     starts = _starts(documents)
     starts[:, 0] = False
+    if traced(positions):  # compiled: a checking op the returned positions depend on
+        at = torch.where(starts, positions.expand_as(documents), 0)  # (batch, seq)
+        why = " at every document start"
+        return torch.where(starts, checked_positions(at, 0, 1, "positions", "", why), positions)
     wrong = starts & (positions.expand_as(documents) != 0)
     if bool(wrong.any()):
         row, i = (int(v) for v in wrong.nonzero()[0])

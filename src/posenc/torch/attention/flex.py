@@ -131,6 +131,7 @@ def flex_plan(
     offset = seq_k - seq_q if q_start is None else q_start
     if not isinstance(offset, torch.Tensor):  # a tensor: no recompile when it changes
         offset = torch.tensor(offset, device=device)
+    q_doc = k_doc = None  # bound either way: dynamo refuses a closure over an unset cell
     if documents is not None:
         q_doc, k_doc = (d.to(device) for d in documents)  # (b, sq), (b, sk)
 

@@ -36,14 +36,14 @@ def place(axes, batch, n, positions, padding_mask, cache, documents=None) -> Pla
     ``documents``: packed rows, positions restarting at each document unless given."""
     if padding_mask is not None:
         check_padding_mask(padding_mask, batch, n)
-    docs = None
+    docs, given = None, positions is not None
     if documents is not None:
         docs = check_documents(documents, batch, n)
         if positions is None:
             positions = positions_from_documents(docs)  # (batch, n): 0 at each start
     if positions is not None:
         positions = position_arg(positions, batch, n, axes=axes)
-        if docs is not None:
+        if docs is not None and given:
             positions = check_agree(positions, docs)
     if cache is None:
         pos = range(n) if positions is None else positions
