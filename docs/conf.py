@@ -253,7 +253,7 @@ def _unexecuted_notebook(app, docname, out_dir):
 
 
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
-                 "packing.json",
+                 "packing.json", "gpu.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
                  "text_study.jsonl"]  # fmt: skip
 
