@@ -123,7 +123,7 @@ def experiments(session: nox.Session) -> None:
 
     ``nox -s experiments -- text`` runs (or resumes) the text study of Part 6 instead: 12
     encodings x 5 seeds of byte-level models on the standard library's source, RoPE's
-    extensions included, into benchmarks/results/text_study.jsonl (about 2.5 hours of
+    extensions included, into benchmarks/results/text_study.jsonl (about 2 hours of
     2-core CPU); ``-- text --quick`` a miniature in a temporary file.
     """
     _install(session, "experiments")
