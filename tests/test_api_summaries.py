@@ -1,4 +1,6 @@
-"""The API index's one-line summaries are valid reStructuredText.
+"""Docs sources that only a clean build reads: API summaries and notebook cell headers.
+
+The API index's one-line summaries must be valid reStructuredText.
 
 Sphinx's autosummary cuts each docstring at its first sentence end (a period followed by
 white space). A period inside an inline literal (``start .. stop``) cuts the literal in
@@ -12,6 +14,8 @@ import importlib
 import inspect
 import re
 from pathlib import Path
+
+import pytest
 
 INDEX = Path(__file__).resolve().parents[1] / "docs" / "api" / "index.rst"
 
@@ -52,3 +56,26 @@ def test_no_summary_cuts_an_inline_literal():
 
 def test_the_check_sees_a_cut_literal():
     assert _first_sentence("Acts on ``start .. stop`` only.").count("``") % 2 == 1
+
+
+def _cell_options():
+    """``(page, line, options text)`` of every notebook code cell with a YAML header."""
+    docs = INDEX.parents[1]
+    for page in sorted(docs.rglob("*.md")):
+        if "_build" in page.parts:
+            continue
+        text = page.read_text()
+        for m in re.finditer(r"```\{code-cell\}[^\n]*\n---\n(.*?)\n---\n", text, flags=re.S):
+            yield page.relative_to(docs), text[: m.start()].count("\n") + 1, m.group(1)
+
+
+def test_every_notebook_cell_header_is_yaml():
+    # a caption with ": " in it is a YAML error that stops the docs build (myst-nb)
+    yaml = pytest.importorskip("yaml")
+    cells = list(_cell_options())
+    assert len(cells) >= 20
+    for page, line, options in cells:
+        try:
+            yaml.safe_load(options)
+        except yaml.YAMLError as err:
+            pytest.fail(f"{page}:{line}: {err}")
