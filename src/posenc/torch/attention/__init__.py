@@ -1,4 +1,4 @@
-"""The attention core: ``attend``, the mask or FlexAttention plan of a step, and the backends.
+"""The attention core: ``attend``, each step's mask or FlexAttention plan, the backends.
 
 Knows position only through the hooks of :class:`~posenc.torch.PositionalEncoding`; never
 special-cases an encoding. May import :mod:`posenc.torch.encodings` (the interface and its
