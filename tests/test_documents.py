@@ -180,3 +180,18 @@ def test_range_positions_with_documents_are_checked_too():
         lm(idx, positions=range(6), documents=docs)
     with pytest.raises(ValueError, match="positions must restart at 0 where a document starts"):
         attend(*(torch.zeros(2, H, 6, HD) for _ in range(3)), documents=docs, k_positions=range(6))
+
+
+def test_a_packed_forward_reads_its_documents_once():
+    # the ids are checked once per step (one host read), not again to derive positions
+    from torch.profiler import profile
+
+    lm = TransformerLM(50, 32, 2, 2, encoding=RotaryEmbedding(16)).eval()
+    idx = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
+    docs = torch.tensor([[0] * 5 + [1] * 7, [0] * 12])
+    with torch.no_grad():
+        lm(idx, documents=docs)
+        with profile() as prof:
+            lm(idx, documents=docs)
+    reads = sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+    assert reads == 1

@@ -77,7 +77,11 @@ def positions_from_documents(documents) -> torch.Tensor:
     >>> positions_from_documents(torch.tensor([[0, 0, 0, 1, 1, 2]]))
     tensor([[0, 1, 2, 0, 1, 0]])
     """
-    documents = check_documents(documents, *documents.shape)
+    return positions_of(check_documents(documents, *documents.shape))
+
+
+def positions_of(documents) -> torch.Tensor:
+    """:func:`positions_from_documents` of ids :func:`check_documents` has already passed."""
     index = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
     start = torch.where(_starts(documents), index, torch.zeros_like(index))
     return index - start.cummax(dim=1).values  # (batch, seq)

@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
 from posenc.torch.attention.mask import _mask, check_limits, release
-from posenc.torch.documents import check_agree, check_documents, positions_from_documents
+from posenc.torch.documents import check_agree, check_documents, positions_of
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
 from posenc.torch.positions import position_arg
@@ -244,7 +244,7 @@ def attend(
             raise ValueError(f"documents needs self-attention (seq_q == seq_k), got {sq} and {sk}")
         docs = check_documents(documents, b, sk)
         if k_positions is None:
-            k_positions = positions_from_documents(docs)
+            k_positions = positions_of(docs)
     k_pos = position_arg(k_positions, b, sk, axes=enc.position_axes)
     if docs is not None:
         k_pos = check_agree(k_pos, docs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posenc.torch.attention.core import Step, check_padding_mask, plan, resolve_backend
-from posenc.torch.documents import check_agree, check_documents, positions_from_documents
+from posenc.torch.documents import check_agree, check_documents, positions_of
 from posenc.torch.positions import position_arg
 
 __all__ = ["Placed", "place", "plan_layer", "plan_step"]
@@ -40,7 +40,7 @@ def place(axes, batch, n, positions, padding_mask, cache, documents=None) -> Pla
     if documents is not None:
         docs = check_documents(documents, batch, n)
         if positions is None:
-            positions = positions_from_documents(docs)  # (batch, n): 0 at each start
+            positions = positions_of(docs)  # (batch, n): 0 at each start
     if positions is not None:
         positions = position_arg(positions, batch, n, axes=axes)
         if docs is not None and given:

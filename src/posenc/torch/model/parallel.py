@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from posenc.torch.documents import check_agree, check_documents, positions_from_documents
+from posenc.torch.documents import check_agree, check_documents, positions_of
 from posenc.torch.positions import position_arg
 
 __all__ = ["shard_index", "causal_work", "context_parallel_forward", "Context"]
@@ -173,7 +173,7 @@ def context_parallel_forward(lm, idx, *, positions=None, documents=None, group=N
     axes = lm.blocks[0].attn.encoding.position_axes
     docs = None if documents is None else check_documents(documents, b, n)
     if positions is None:
-        positions = range(n) if docs is None else positions_from_documents(docs)
+        positions = range(n) if docs is None else positions_of(docs)
     pos = position_arg(positions, b, n, axes=axes)
     if isinstance(pos, range):  # its own values: a range need not start at 0
         pos = torch.arange(pos.start, pos.stop, device=idx.device)[None]
