@@ -254,3 +254,10 @@ def test_share_encoding_drops_the_owned_copy_and_can_be_repeated():
     share_encoding(attn, again)  # nothing owned left to drop
     assert attn.encoding is again
     assert list(attn.state_dict()) == ["qkv.weight", "out.weight"]
+
+
+def test_extra_repr_gives_the_settings():
+    mha = MultiHeadAttention(16, 4, kv_heads=2, encoding=PoPE(4, 4), causal=False)
+    assert mha.extra_repr() == "dim=16, heads=4, kv_heads=2, causal=False, backend='auto'"
+    mha = MultiHeadAttention(16, 4, encoding=PoPE(4, 4), window=3, chunk=5)
+    assert mha.extra_repr().endswith("causal=True, backend='auto', window=3, chunk=5")

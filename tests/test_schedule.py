@@ -256,3 +256,24 @@ def test_schedule_state_dict_round_trip_and_one_entry_per_shared_encoding():
     idx = torch.tensor([[1, 2, 3, 4, 5, 6]])
     with torch.no_grad():
         torch.testing.assert_close(lm2(idx), lm(idx), rtol=0, atol=0)
+
+
+def test_repr_names_each_layer_and_the_input_encoding():
+    rope = RotaryEmbedding(HD)
+    schedule = Schedule(
+        [Layer(rope, window=3), Layer(None), Layer(rope, chunk=4), Layer(ALiBi(HEADS))],
+        input=SinusoidalEncoding(DIM),
+    )
+    assert repr(schedule) == (
+        "Schedule([RotaryEmbedding(window=3), NoPE, RotaryEmbedding(chunk=4), ALiBi], "
+        "input=SinusoidalEncoding)"
+    )
+    assert repr(Schedule([Layer(rope)])) == "Schedule([RotaryEmbedding])"
+
+
+def test_a_wrapper_passes_the_input_hook_through():
+    inner = SinusoidalEncoding(DIM, max_len=N)
+    x = torch.randn(2, N, DIM)  # (batch, seq, dim)
+    pos = torch.arange(N).flip(0)
+    want = inner.encode_input(x, pos)
+    torch.testing.assert_close(SoftmaxFactor(inner, factor=2.0).encode_input(x, pos), want)

@@ -173,11 +173,6 @@ def _half(cs):
     return (cs[0] if isinstance(cs, tuple) else cs).shape[-2]
 
 
-def shared_by_heads(cs) -> bool:
-    """Can the kernel take ``cs`` (the same rows for every head, or an indexed table)?"""
-    return isinstance(cs, tuple) or cs.dim() < 4 or cs.shape[-4] == 1
-
-
 def plan(pairs) -> Plan:
     """Block sizes, head groups and grid for ``pairs`` of ``(x, cs, out)``; bytes issued."""
     x0, cs0, out0 = pairs[0]

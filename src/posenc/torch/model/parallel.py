@@ -105,7 +105,7 @@ class _GatherSeq(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous()
+        grad = grad.clone(memory_format=torch.contiguous_format)  # all_reduce writes in place
         dist.all_reduce(grad, group=ctx.group)  # every rank's queries used our keys
         rank = dist.get_rank(ctx.group)
         return grad.narrow(2, rank * ctx.n, ctx.n), None

@@ -1,0 +1,138 @@
+"""Context parallelism inside one process: the ranks are threads and the collectives a
+small in-memory stand-in (all-gather, sum-all-reduce in rank order).
+
+The gloo test (test_context_parallel.py) runs real process groups; this one runs the same
+sharded forward and backward where a test runner sees every line (mutation testing only
+picks tests that reach a function in its own process), with a world of 2 and 3 and a
+gradient that differs per rank, so the backward's sum and slice are both checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from posenc.torch import (
+    ALiBi,
+    MRoPE,
+    PoPE,
+    RotaryEmbedding,
+    TransformerLM,
+    context_parallel_forward,
+    shard_index,
+)
+from posenc.torch.model.parallel import _GatherSeq
+
+V, D, H, HD, N = 19, 16, 2, 8, 12
+ENCODINGS = {
+    "rope": lambda: RotaryEmbedding(HD, max_len=64),
+    "alibi": lambda: ALiBi(H),
+    "pope": lambda: PoPE(HD, H, delta_init="uniform"),
+    "mrope": lambda: MRoPE(HD, sections=(2, 1, 1), max_len=64),
+}
+
+
+class _Threads:
+    """A process group whose ranks are threads: each collective meets at a barrier."""
+
+    def __init__(self, world):
+        self.world, self.slots = world, [None] * world
+        self.barrier, self.local = threading.Barrier(world, timeout=60), threading.local()
+
+    def _exchange(self, t):
+        self.slots[self.local.rank] = t.detach().clone()
+        self.barrier.wait()
+        got = list(self.slots)
+        self.barrier.wait()  # nobody overwrites a slot before every rank has read it
+        return got
+
+    def all_gather(self, parts, x, group=None):
+        assert group is self
+        for part, t in zip(parts, self._exchange(x), strict=True):
+            part.copy_(t)
+
+    def all_reduce(self, t, group=None):
+        assert group is self
+        t.copy_(torch.stack(self._exchange(t)).sum(0))
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: self.world)
+        monkeypatch.setattr(dist, "get_rank", lambda group=None: self.local.rank)
+        monkeypatch.setattr(dist, "all_gather", self.all_gather)
+        monkeypatch.setattr(dist, "all_reduce", self.all_reduce)
+
+    def run(self, fn):
+        """``fn(rank)`` on every rank, each in its own thread; the results in rank order."""
+        out, errors = [None] * self.world, []
+
+        def main(rank):
+            self.local.rank = rank
+            try:
+                out[rank] = fn(rank)
+            except BaseException as err:  # noqa: BLE001 (re-raised in the test's thread)
+                errors.append(err)
+                self.barrier.abort()
+
+        threads = [threading.Thread(target=main, args=(r,)) for r in range(self.world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return out
+
+
+def test_the_gather_sums_every_ranks_gradient_and_keeps_its_own_slice(monkeypatch):
+    group = _Threads(3)
+    group.install(monkeypatch)
+    xs = [torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3)]
+    grads = [torch.randn(1, 2, 12, 3, dtype=torch.float64) for _ in range(3)]
+
+    def rank_step(rank):
+        x = xs[rank].clone().requires_grad_()
+        y = _GatherSeq.apply(x, group)  # (1, 2, 12, 3): every rank's rows, in rank order
+        y.backward(grads[rank])  # must not write into it: grads is summed below
+        return y.detach(), x.grad
+
+    for rank, (y, grad) in enumerate(group.run(rank_step)):
+        torch.testing.assert_close(y, torch.cat(xs, dim=2), rtol=0, atol=0)
+        total = sum(grads)  # every rank's queries used these keys
+        torch.testing.assert_close(grad, total[:, :, 4 * rank : 4 * rank + 4], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("balanced", [True, False])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_sharded_forward_and_gradients_equal_the_unsharded_model(name, world, balanced,
+                                                                 monkeypatch):  # fmt: skip
+    torch.manual_seed(0)
+    lm = TransformerLM(V, D, 2, H, kv_heads=1, encoding=ENCODINGS[name]()).double()
+    idx = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(2))
+    docs = torch.tensor([[0] * 5 + [1] * 4 + [2] * 3, [0] * N])
+    loss = torch.nn.functional.cross_entropy
+    full = lm(idx, documents=docs)  # (2, N, V): the unsharded model
+    loss(full.flatten(0, 1), target.flatten(), reduction="sum").backward()
+    group = _Threads(world)
+    group.install(monkeypatch)
+
+    def rank_step(rank):
+        mine = shard_index(N, rank, world, balanced=balanced)  # (N / world,)
+        model = copy.deepcopy(lm)
+        model.zero_grad()
+        local = context_parallel_forward(model, idx, documents=docs, group=group,
+                                         balanced=balanced)  # (2, N / world, V)  # fmt: skip
+        loss(local.flatten(0, 1), target[:, mine].flatten(), reduction="sum").backward()
+        return mine, local.detach(), {k: p.grad for k, p in model.named_parameters()}
+
+    results = group.run(rank_step)
+    for mine, local, _ in results:
+        torch.testing.assert_close(local, full[:, mine].detach(), rtol=0, atol=1e-12)
+    for k, p in lm.named_parameters():
+        summed = sum(grads[k] for _, _, grads in results)  # every rank's share
+        torch.testing.assert_close(summed, p.grad, rtol=0, atol=1e-11)
