@@ -203,8 +203,10 @@ def test_per_type_rope_parameters():
     assert [r and r["base"] for r in _field(s, "rope")] == [1e4, 1e6, None]
     assert s["head_dim"] == 16  # two rotary widths: the config's head_dim
     missing = {k: v for k, v in params.items() if k != "full_attention"}
-    with pytest.raises(ValueError, match="rope_parameters has no entry for the attention layer "
-                                         "type 'full_attention'.*gemma3_text's config class "
-                                         "fills it in: pass the transformers config object"):  # fmt: skip
+    why = (
+        "rope_parameters has no entry for the attention layer type 'full_attention'.*"
+        "gemma3_text's config class fills it in: pass the transformers config object"
+    )
+    with pytest.raises(ValueError, match=why):
         schedule_from_hf(_cfg("gemma3_text", depth=3, head_dim=16, sliding_window=4,
                               layer_types=types, rope_parameters=missing))  # fmt: skip
