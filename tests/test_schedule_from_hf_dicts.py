@@ -210,3 +210,52 @@ def test_per_type_rope_parameters():
     with pytest.raises(ValueError, match=why):
         schedule_from_hf(_cfg("gemma3_text", depth=3, head_dim=16, sliding_window=4,
                               layer_types=types, rope_parameters=missing))  # fmt: skip
+
+
+def test_schedule_modules_share_equal_settings_and_wrap_in_order():
+    from posenc.torch import MRoPE, NoPE, RotaryEmbedding, Schedule, SoftmaxFactor
+
+    types = ["sliding_attention", "full_attention", "sliding_attention"]
+    s = Schedule.from_hf(_cfg("llama", depth=3, sliding_window=4, layer_types=types))
+    assert s[0].encoding is s[1].encoding is s[2].encoding  # only windows differ
+    assert isinstance(s[0].encoding, RotaryEmbedding)
+    assert [s[i].window for i in range(3)] == [4, None, 4]
+    # Cohere 2's full layers: no RoPE, but the softmax factor all layers have
+    cohere = _cfg("cohere2", depth=3, head_dim=16, sliding_window=4, layer_types=types)
+    s = Schedule.from_hf(cohere | {"query_pre_attn_scalar": 64})
+    full = s.encoding_of(1)
+    assert isinstance(full, SoftmaxFactor) and isinstance(full.inner, NoPE)
+    assert full.softmax_scale(16) == pytest.approx(1 / math.sqrt(64))
+    assert s.encoding_of(0) is not full and isinstance(s.encoding_of(0).inner, RotaryEmbedding)
+    params = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
+    s = Schedule.from_hf(_cfg("qwen2_vl", rope_parameters=params))
+    assert isinstance(s.encoding_of(0), MRoPE) and s.head_dim == 16
+    assert Schedule.from_hf(_mla()).head_dim == 24
+
+
+def test_the_scaling_package_resolves_from_hf_lazily():
+    import posenc.hf
+    import posenc.scaling
+
+    assert posenc.scaling.from_hf is posenc.hf.from_hf
+    with pytest.raises(AttributeError, match="module 'posenc.scaling' has no attribute 'nope'"):
+        posenc.scaling.nope  # noqa: B018
+
+
+def test_query_temperature_reference_values_and_refusals():
+    from posenc import query_temperature
+
+    # tau(p) = 1 + s ln(1 + floor((p + c) / f)), Llama 4's attn_scale and floor_scale
+    got = query_temperature([0, 8191, 8192, 3 * 8192], scale=0.1, floor=8192)  # c = 0
+    want = [1.0, 1.0, 1.0 + 0.1 * math.log(2), 1.0 + 0.1 * math.log(4)]
+    assert got.tolist() == pytest.approx(want, rel=1e-15)
+    shifted = query_temperature([8191], scale=0.1, floor=8192, shift=1)  # Llama 4: c = 1
+    assert shifted.tolist() == pytest.approx([1.0 + 0.1 * math.log(2)], rel=1e-15)
+    for scale in (True, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"scale must be a finite number, got {scale!r}"):
+            query_temperature(4, scale=scale, floor=2)
+    with pytest.raises(ValueError, match="floor"):
+        query_temperature(4, scale=0.1, floor=0)
+    for shift in (True, 1.0, -1):
+        with pytest.raises(ValueError, match=f"shift must be an int >= 0, got {shift!r}"):
+            query_temperature(4, scale=0.1, floor=2, shift=shift)
