@@ -2,6 +2,8 @@
 encoding family; conversions to and from cu_seqlens and HF's flattened position ids; named
 errors where positions and documents disagree."""
 
+import re
+
 import pytest
 import torch
 
@@ -195,3 +197,52 @@ def test_a_packed_forward_reads_its_documents_once():
             lm(idx, documents=docs)
     reads = sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
     assert reads == 1
+
+
+def test_cu_seqlens_edges_and_refusals():
+    from posenc.torch import documents_from_cu_seqlens
+
+    assert documents_from_cu_seqlens([0, 3]).tolist() == [[0, 0, 0]]  # one document
+    assert documents_from_cu_seqlens([0, 2, 2, 3]).tolist() == [[0, 0, 2]]  # an empty one
+    for bad in (torch.tensor([0.0, 2.0]), torch.tensor([False, True])):
+        with pytest.raises(ValueError, match=f"cu_seqlens must hold integers, got dtype "
+                                             f"{bad.dtype}"):  # fmt: skip
+            documents_from_cu_seqlens(bad)
+    for bad in ([0], [1, 3], [0, 3, 2], [[0, 3]]):
+        why = f"cu_seqlens must be non-decreasing lengths from 0, got {bad}"
+        with pytest.raises(ValueError, match=re.escape(why)):
+            documents_from_cu_seqlens(bad)
+
+
+def test_positions_must_be_an_integer_batch_of_rows():
+    from posenc.torch import documents_from_positions
+
+    for bad, shape in ((torch.zeros(2, 3), "(2, 3)"), (torch.zeros(3, dtype=torch.long), "(3,)")):
+        why = f"position_ids must be an integer (batch, seq) tensor, got {bad.dtype} {shape}"
+        with pytest.raises(ValueError, match=re.escape(why)):
+            documents_from_positions(bad)
+
+
+def test_decoding_continues_after_the_last_real_document():
+    from posenc.torch.documents import after_last_document
+
+    docs = torch.tensor([[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]])
+    pos = torch.tensor([[0, 1, 2, 0, 1], [0, 0, 1, 2, 3]])  # (batch, n): restarting
+    nxt, last = after_last_document(pos, docs)
+    assert nxt.tolist() == [[2], [4]] and last.tolist() == [[1], [1]]
+    # padding after the real tokens: the last real token's document continues
+    real = torch.tensor([[True, True, True, False, False], [True, False, False, False, False]])
+    nxt, last = after_last_document(pos, docs, real)
+    assert nxt.tolist() == [[3], [1]] and last.tolist() == [[0], [0]]
+    # a row of padding only continues nothing: next position 0
+    nxt, _ = after_last_document(pos, docs, torch.zeros(2, 5, dtype=torch.bool))
+    assert nxt.tolist() == [[0], [0]]
+    # a range shared by the batch, starting past 0; positions (1, n) broadcast over rows
+    nxt, last = after_last_document(range(5, 10), torch.zeros(2, 5, dtype=torch.long))
+    assert nxt.tolist() == [[10], [10]] and last.tolist() == [[0], [0]]
+    nxt, _ = after_last_document(pos[:1], docs)  # row 1: positions 1, 2, 0, 1 in document 1
+    assert nxt.tolist() == [[2], [3]]
+    # grid coordinates (batch, n, axes): one past the largest coordinate of the document
+    grid = torch.tensor([[[0, 0, 0], [1, 3, 2], [2, 0, 7], [0, 0, 0], [1, 1, 1]]]).expand(2, 5, 3)
+    nxt, _ = after_last_document(grid, torch.tensor([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]))
+    assert nxt.tolist() == [[2], [8]]
