@@ -1,0 +1,113 @@
+"""The wrappers (ChannelSlice, SoftmaxFactor, QueryTemperature): what they pass through to
+the encoding inside, what they refuse, and the grid RoPE's table call."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from posenc.torch import (
+    ALiBi,
+    ChannelSlice,
+    MRoPE,
+    PositionalEncoding,
+    RotaryEmbedding,
+    SoftmaxFactor,
+)
+
+B, H, S, HD = 2, 3, 5, 8
+
+
+def _qk(width=HD):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, S, width, generator=g, dtype=torch.float64)
+    k = torch.randn(B, 1, S, width, generator=g, dtype=torch.float64)
+    return q, k
+
+
+def test_forward_takes_per_row_positions_of_the_batch_not_the_heads():
+    rope = RotaryEmbedding(HD, max_len=32).double()
+    q, k = _qk()
+    pos = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])  # (batch, seq), batch 2, heads 3
+    want = rope.encode_qk(q, k, pos, pos)
+    for got in (SoftmaxFactor(rope, factor=2.0)(q, k, pos), ChannelSlice(rope, start=0)(q, k, pos)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shapes", [((B, H, S), (B, 1, S)), ((B, H, S, HD), (B, 1, S + 1, HD))])
+def test_forward_refuses_q_and_k_that_do_not_pair(shapes):
+    q, k = torch.zeros(shapes[0]), torch.zeros(shapes[1])
+    why = f"q and k must be 4-D with the same seq, got {tuple(q.shape)} and {tuple(k.shape)}"
+    with pytest.raises(ValueError, match=re.escape(why)):
+        SoftmaxFactor(RotaryEmbedding(HD), factor=2.0)(q, k)
+    q3, k4 = torch.zeros(B, H, S), torch.zeros(B, 1, S, HD)  # only q is not 4-D
+    with pytest.raises(ValueError, match="q and k must be 4-D"):
+        SoftmaxFactor(RotaryEmbedding(HD), factor=2.0)(q3, k4)
+
+
+def test_encode_qk_is_out_of_place_unless_asked():
+    wrapped = SoftmaxFactor(RotaryEmbedding(HD, max_len=32).double(), factor=2.0)
+    q, k = _qk()
+    q0 = q.clone()
+    rq, _ = wrapped.encode_qk(q, k, range(S), range(S))
+    assert torch.equal(q, q0) and not torch.equal(rq, q0)
+    rq, _ = wrapped.encode_qk(q, k, range(S), range(S), inplace=True)
+    assert torch.equal(q, rq)  # the caller asked: the inner encoding wrote into q
+
+
+def test_channel_slice_refusals_name_what_is_wrong():
+    rope = RotaryEmbedding(4)
+    with pytest.raises(ValueError, match="start must be >= 0, got -1"):
+        ChannelSlice(rope, start=-1)
+    with pytest.raises(ValueError, match=re.escape(
+            "encoding must be a query/key encoding with a head_dim (RoPE, xPos, M-RoPE), "
+            "got ALiBi acting at ('scores',)")):  # fmt: skip
+        ChannelSlice(ALiBi(H), start=0)
+
+    class QKOnly(PositionalEncoding):  # acts at q/k, but has no head_dim
+        def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
+            return q, k
+
+    with pytest.raises(ValueError, match="got QKOnly acting at"):
+        ChannelSlice(QKOnly(), start=0)
+
+    class Wider(QKOnly):  # a width of its own, the default softmax scale
+        head_dim = 4
+
+        def qk_dim(self, head_dim):
+            return 2 * head_dim
+
+    class Scaled(QKOnly):  # the same width, a softmax scale of its own
+        head_dim = 4
+
+        def softmax_scale(self, head_dim):
+            return 1.0
+
+    for cls in (Wider, Scaled):
+        why = f"encoding must keep the width and softmax scale of the slice, {cls.__name__} changes"
+        with pytest.raises(ValueError, match=why):
+            ChannelSlice(cls(), start=0)
+    q, k = torch.zeros(1, 1, 2, 6), torch.zeros(1, 1, 2, 7)
+    why = "q and k must have at least start + width = 7 channels, got 6 and 7"
+    with pytest.raises(ValueError, match=re.escape(why)):
+        ChannelSlice(rope, start=3).encode_qk(q, k, range(2), range(2))
+    with pytest.raises(ValueError, match="got 7 and 6"):
+        ChannelSlice(rope, start=3).encode_qk(k, q, range(2), range(2))
+
+
+@pytest.mark.parametrize("factor", [True, 0, -1.0, float("inf"), float("nan"), "2"])
+def test_softmax_factor_must_be_a_positive_finite_number(factor):
+    with pytest.raises(ValueError, match=re.escape(f"factor must be a positive finite number, "
+                                                   f"got {factor!r}")):  # fmt: skip
+        SoftmaxFactor(RotaryEmbedding(HD), factor=factor)
+
+
+def test_grid_table_keeps_the_dtype_and_checks_positions_by_name():
+    mrope = MRoPE(HD, sections=(2, 1, 1), max_len=8)
+    pos = torch.zeros(1, S, 3, dtype=torch.long)  # (batch, seq, axes)
+    assert mrope.table(pos, torch.float64).dtype == torch.float64
+    assert mrope.table(pos).dtype == torch.float32
+    with pytest.raises(ValueError, match=r"positions .*8"):
+        mrope.table(torch.full((1, S, 3), 8), torch.float64)
