@@ -101,20 +101,30 @@ def test_sam_memory_attention_heads_are_downsampled():
     [
         ({"rope_parameters": {"rope_type": "default"}, "head_dim": 8}, "rope_type 'axial'"),
         ({"head_dim": 8}, "rope_type 'axial'"),
-        (_cfg(), "head_dim, or embed_dim/hidden_size and num_heads"),
-        (_cfg(embed_dim=64), "head_dim, or embed_dim/hidden_size and num_heads"),
-        (_cfg(num_heads=4), "head_dim, or embed_dim/hidden_size and num_heads"),
-        (_cfg(embed_dim=64.0, num_heads=4), "embed_dim"),
-        (_cfg(embed_dim=64, num_heads=4.0), "num_heads"),
-        (_cfg(head_dim=2), "head_dim"),
+        (_cfg(), "^config must give head_dim, or embed_dim/hidden_size and num_heads$"),
+        (_cfg(embed_dim=64), "^config must give head_dim, or embed_dim/hidden_size and num_heads$"),
+        (_cfg(num_heads=4), "^config must give head_dim, or embed_dim/hidden_size and num_heads$"),
+        (_cfg(embed_dim=64.0, num_heads=4), "^embed_dim must be an integer"),
+        (_cfg(embed_dim=-64, num_heads=4), "^embed_dim must be >= 1, got -64"),
+        (_cfg(embed_dim=1, num_heads=1), "^head_dim must be >= 4, got 1"),
+        (_cfg(embed_dim=64, num_heads=4.0), "^num_heads must be an integer"),
+        (_cfg(embed_dim=64, num_heads=-4), "^num_heads must be >= 1, got -4"),
+        (_cfg(head_dim=2), "^head_dim must be >= 4, got 2"),
+        (_cfg(head_dim=-4), "^head_dim must be >= 4, got -4"),
         (_cfg(head_dim=10), "multiple of 4 for 2-D RoPE, got 10"),
         ({"rope_parameters": {"rope_type": "axial", "rope_theta": -1.0}, "head_dim": 8},
-         "rope_theta"),
+         "^rope_theta"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_by_name(config, match):
     with pytest.raises(ValueError, match=match):
         axial_from_hf(config)
+
+
+def test_the_smallest_widths_are_accepted():
+    assert axial_from_hf(_cfg(head_dim=4))["head_dim"] == 4
+    assert axial_from_hf(_cfg(embed_dim=32, num_heads=1))["head_dim"] == 32
+    assert axial_from_hf(_cfg(embed_dim=4, num_heads=1))["head_dim"] == 4
 
 
 def test_the_module_takes_overrides():

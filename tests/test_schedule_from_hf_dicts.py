@@ -50,6 +50,15 @@ def test_a_config_object_with_a_text_config_attribute():
     s = schedule_from_hf(Obj(model_type="llava", text_config=Obj(**_cfg(depth=4))))
     assert len(s["layers"]) == 4
 
+    class Aliased(Obj):  # a setting answered by attribute only, as transformers' aliases
+        num_hidden_layers = property(lambda self: self.n_layer)
+
+        def to_dict(self):
+            return {k: v for k, v in super().to_dict().items() if k != "n_layer"}
+
+    text = Aliased(**{k: v for k, v in _cfg().items() if k != "num_hidden_layers"}, n_layer=3)
+    assert len(schedule_from_hf(Obj(model_type="llava", text_config=text))["layers"]) == 3
+
 
 @pytest.mark.parametrize("depth", [0, -1, True, 2.0, None])
 def test_the_depth_must_be_a_positive_int(depth):
@@ -259,3 +268,59 @@ def test_query_temperature_reference_values_and_refusals():
     for shift in (True, 1.0, -1):
         with pytest.raises(ValueError, match=f"shift must be an int >= 0, got {shift!r}"):
             query_temperature(4, scale=0.1, floor=2, shift=shift)
+
+
+def test_latent_attention_reads_a_partial_rotary_width():
+    # the rotated width is rotary_dim where the RoPE is partial
+    s = schedule_from_hf(_mla() | {"head_dim": 16, "partial_rotary_factor": 0.5})
+    assert [(r["head_dim"], r["rotary_dim"]) for r in _field(s, "rope")] == [(8, None)] * 2
+    with pytest.raises(ValueError, match="the rotary width 8 is not qk_rope_head_dim=4"):
+        schedule_from_hf(_mla() | {"head_dim": 16, "partial_rotary_factor": 0.5,
+                                   "qk_rope_head_dim": 4})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"rope_type": "default", "rope_theta": 1e4},
+        {"type": "default", "rope_theta": 1e4},
+        {"rope_theta": 1e4},
+    ],
+)
+def test_latent_attention_without_yarn_has_no_softmax_factor(params):
+    # mscale_all_dim only counts for a scaled RoPE (DeepSeek's yarn)
+    cfg = _mla() | {"rope_parameters": params | {"factor": 4.0, "mscale_all_dim": 1.0}}
+    assert _field(schedule_from_hf(cfg), "softmax_factor") == [None, None]
+
+
+def test_per_type_widths_and_the_factor_of_each_layer():
+    from types import SimpleNamespace
+
+    class Gemma4Like:  # a config object with Gemma 4's per_layer_config views
+        def __init__(self, widths, **kw):
+            self.__dict__.update(kw)
+            self.per_layer_config = {t: SimpleNamespace(head_dim=w) for t, w in widths.items()}
+
+    types = ["sliding_attention", "full_attention"]
+    per = {t: {"rope_type": "default", "rope_theta": 1e4} for t in types}
+    cfg = _cfg("gemma3n_text", head_dim=16, sliding_window=4, layer_types=types,
+               rope_parameters=per)  # fmt: skip
+    s = schedule_from_hf(Gemma4Like({"sliding_attention": 32, "full_attention": 48}, **cfg))
+    assert [r["head_dim"] for r in _field(s, "rope")] == [32, 48]
+    assert s["head_dim"] == 16  # two widths: the config's own
+    assert _field(s, "softmax_factor") == [math.sqrt(32), math.sqrt(48)]  # each layer's width
+    s = schedule_from_hf(Gemma4Like({"sliding_attention": 32, "full_attention": 32}, **cfg))
+    assert s["head_dim"] == 32  # one width
+
+
+def test_per_type_parameters_without_layer_types():
+    per = {"full_attention": {"rope_type": "default", "rope_theta": 1e6}}
+    s = schedule_from_hf(_cfg(rope_parameters=per))
+    assert [r["base"] for r in _field(s, "rope")] == [1e6, 1e6]
+    none = _cfg(layer_types=["full_attention"] * 2, rope_parameters={"full_attention": None})
+    assert _field(schedule_from_hf(none), "rope") == [None, None]
+
+
+def test_llama4_keeps_given_layer_types():
+    s = schedule_from_hf(_cfg("llama4_text", depth=4, layer_types=["full_attention"] * 4))
+    assert _field(s, "chunk") == [None] * 4  # not the default chunked_attention layers

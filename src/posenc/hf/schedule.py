@@ -77,7 +77,8 @@ def schedule_from_hf(config):
     """
     top = read.as_dict(config)
     if top.get("text_config") and not top.get("num_hidden_layers"):
-        config = top["text_config"] if isinstance(top["text_config"], dict) else config.text_config
+        # an object's own text config (its to_dict() has lost the attribute-only settings)
+        config = getattr(config, "text_config", None) or top["text_config"]
     cfg = read.as_dict(config)
     model_type = cfg.get("model_type")
     for table in (UNSUPPORTED, NO_SCHEDULE):
@@ -109,12 +110,12 @@ def schedule_from_hf(config):
         if model_type in ROPE_ONLY_SLIDING and kind != "sliding_attention":
             rope = None
         layers.append({
-            "rope": rope, "window": _window(cfg, kind, types), "chunk": _chunk(cfg, kind),
+            "rope": rope, "window": _window(cfg, kind), "chunk": _chunk(cfg, kind),
             "temperature": _temperature(cfg, model_type, rope),
             "slice_start": cfg.get("qk_nope_head_dim") if _mla(cfg) and rope else None,
             "softmax_factor": _softmax_factor(cfg, model_type, ropes[kind]),
         })  # fmt: skip
-    width = _qk_width(cfg, ropes)
+    width = _qk_width(cfg, ropes.values())
     return {"model_type": model_type, "head_dim": width, "layers": layers}
 
 
@@ -137,7 +138,7 @@ def _rope(config, cfg, model_type, layer_type):
         )
     if per_type and params.get(layer_type) is None:
         return None  # explicitly no RoPE, or a layer type without attention (conv, mamba)
-    return from_hf(config, layer_type=layer_type if per_type else None)
+    return from_hf(config, layer_type=layer_type)  # flat parameters serve every type
 
 
 def _layer_types(cfg, model_type, depth):
@@ -181,7 +182,7 @@ def _llama4_defaults(cfg, model_type, depth):
     return cfg
 
 
-def _window(cfg, kind, types):
+def _window(cfg, kind):
     window = cfg.get("sliding_window")
     if window and (kind == "sliding_attention" or kind.endswith("_sliding")):
         return int(window)
@@ -223,15 +224,16 @@ def _mla(cfg):
 
 
 def _qk_width(cfg, ropes):
+    """The width of queries and keys: nope + rope channels, else the RoPEs' one width."""
     if _mla(cfg):
         return int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
-    widths = {r["head_dim"] for r in ropes.values() if r is not None}
+    widths = {r["head_dim"] for r in ropes if r is not None}
     return widths.pop() if len(widths) == 1 else read.head_dim(cfg)
 
 
 def _softmax_factor(cfg, model_type, rope):
     """The factor on ``1 / sqrt(head_dim)`` the model's attention uses, or None (1)."""
-    width = _qk_width(cfg, {"": rope})
+    width = _qk_width(cfg, [rope])
     if _mla(cfg):
         params = _flat_params(cfg)
         kind = params.get("rope_type", params.get("type", "default"))
