@@ -3,6 +3,7 @@ forward and the gradients (summed over ranks) equal the unsharded model in float
 RoPE, ALiBi, T5, PoPE and M-RoPE, with packed documents."""
 
 import os
+import re
 import tempfile
 
 import pytest
@@ -101,3 +102,20 @@ def test_positions_given_as_a_range_keep_their_start(tmp_path):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     finally:
         dist.destroy_process_group()
+
+
+def test_shards_and_work_by_hand():
+    # 8 tokens on 2 ranks: chunks of 2, rank 0 holds chunks 0 and 3 (head-tail by default)
+    assert shard_index(8, 0, 2).tolist() == [0, 1, 6, 7]
+    assert shard_index(8, 1, 2).tolist() == [2, 3, 4, 5]
+    contiguous = shard_index(8, 1, 2, balanced=False)
+    assert contiguous.tolist() == [4, 5, 6, 7] and contiguous.dtype == torch.int64
+    assert shard_index(8, 0, 2, balanced=False).tolist() == [0, 1, 2, 3]
+    # causal pairs: token i scores i + 1 keys
+    assert causal_work(8, 2, balanced=False) == [1 + 2 + 3 + 4, 5 + 6 + 7 + 8]
+    assert causal_work(8, 2) == [1 + 2 + 7 + 8, 3 + 4 + 5 + 6]
+    for seq, rank, world in [(8, 2, 2), (8, -1, 2), (8, 0, 0), (6, 0, 2)]:
+        why = (f"seq must be a multiple of 2 * world = {2 * world} and rank in [0, {world}), "
+               f"got seq={seq}, rank={rank}")  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(why)):
+            shard_index(seq, rank, world)
