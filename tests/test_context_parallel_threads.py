@@ -110,11 +110,20 @@ def test_the_gather_sums_every_ranks_gradient_and_keeps_its_own_slice(monkeypatc
 @pytest.mark.parametrize("name", list(ENCODINGS))
 def test_sharded_forward_and_gradients_equal_the_unsharded_model(name, world, balanced,
                                                                  monkeypatch):  # fmt: skip
+    docs = torch.tensor([[0] * 5 + [1] * 4 + [2] * 3, [0] * N])
+    _check(name, world, balanced, docs, monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["rope", "mrope"])
+def test_without_documents(name, monkeypatch):
+    _check(name, 2, True, None, monkeypatch)
+
+
+def _check(name, world, balanced, docs, monkeypatch):
     torch.manual_seed(0)
     lm = TransformerLM(V, D, 2, H, kv_heads=1, encoding=ENCODINGS[name]()).double()
     idx = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(1))
     target = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(2))
-    docs = torch.tensor([[0] * 5 + [1] * 4 + [2] * 3, [0] * N])
     loss = torch.nn.functional.cross_entropy
     full = lm(idx, documents=docs)  # (2, N, V): the unsharded model
     loss(full.flatten(0, 1), target.flatten(), reduction="sum").backward()
