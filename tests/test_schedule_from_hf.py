@@ -164,3 +164,24 @@ def test_wrappers_call_score_encodings_written_without_out():
         got = attend(q, k, v, SoftmaxFactor(Plain(), factor=1.0))
         want = attend(q, k, v, Plain())
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize(
+    "module_name, attn_cls, cfg_cls",
+    [("mimi", "MimiAttention", "MimiConfig"),
+     ("pocket_tts_audio_tokenizer", "PocketTTSAudioTokenizerAttention",
+      "PocketTTSAudioTokenizerConfig")],
+)  # fmt: skip
+def test_models_whose_every_layer_slides(module_name, attn_cls, cfg_cls):
+    cfg = getattr(transformers, cfg_cls)(num_hidden_layers=3)
+    s = Schedule.from_hf(cfg)
+    for i, attn in enumerate(_attention_layers(module_name, attn_cls, cfg)):
+        assert attn.sliding_window == cfg.sliding_window  # HF's rule: every layer
+        assert s[i].window == attn.sliding_window, i
+
+
+def test_a_bidirectional_window_is_refused_by_name():
+    cfg = transformers.OpenAIPrivacyFilterConfig()
+    with pytest.raises(ValueError, match="'openai_privacy_filter' is not reproduced: its "
+                                         "attention is bidirectional"):  # fmt: skip
+        Schedule.from_hf(cfg)

@@ -32,12 +32,17 @@ TEMPERATURE_BETA = frozenset(("ministral3", "mistral4"))
 SCALE_ONE = frozenset(("gemma3n_text", "gemma4_text", "gemma4_unified_text",
                        "diffusion_gemma_text", "embedding_gemma2_text"))  # fmt: skip
 # model types whose every layer slides when sliding_window is set (no layer_types)
-WINDOW_EVERY_LAYER = frozenset(("mistral", "mixtral", "ministral", "starcoder2", "phi3", "phimoe"))
+WINDOW_EVERY_LAYER = frozenset(("mistral", "mixtral", "ministral", "starcoder2", "phi3", "phimoe",
+                                "mimi", "moshi", "kyutai_speech_to_text", "blt_patcher",
+                                "pocket_tts_audio_tokenizer", "voxtral_realtime_text"))  # fmt: skip
 # Llama4TextConfig's defaults of the keys the schedule reads
 LLAMA4_DEFAULTS = {"attention_chunk_size": 8192, "attn_temperature_tuning": True,
                    "attn_scale": 0.1, "floor_scale": 8192}  # fmt: skip
 # schedules posenc does not build from a config, and why
 NO_SCHEDULE = {
+    "openai_privacy_filter": "its attention is bidirectional within a sliding window "
+                             "(create_bidirectional_sliding_window_mask), and posenc's windows "
+                             "look back only",
     "beam": "its layers without RoPE scale queries by (1 + (p + 1) / 2048) ** 0.1, which "
             "is not the Llama 4 temperature posenc offers",
 }  # fmt: skip
