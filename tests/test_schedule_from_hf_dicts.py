@@ -324,3 +324,19 @@ def test_per_type_parameters_without_layer_types():
 def test_llama4_keeps_given_layer_types():
     s = schedule_from_hf(_cfg("llama4_text", depth=4, layer_types=["full_attention"] * 4))
     assert _field(s, "chunk") == [None] * 4  # not the default chunked_attention layers
+
+
+def test_mrope_layout_from_the_outer_or_the_text_model_type():
+    from posenc.hf import mrope_from_hf
+
+    text = {"hidden_size": 64, "num_attention_heads": 2, "rope_parameters": {"rope_theta": 1e6}}
+    # the text config names no model type: the outer one decides (Qwen3-VL interleaves)
+    got = mrope_from_hf({"model_type": "qwen3_vl", "text_config": text})
+    assert got["interleaved"] is True and got["sections"] == (24, 20, 20)
+    # the text config's own model type wins over the outer one
+    inner = text | {"model_type": "qwen2_vl_text"}
+    got = mrope_from_hf({"model_type": "qwen3_vl", "text_config": inner})
+    assert got["interleaved"] is False and got["sections"] == (16, 24, 24)
+    with pytest.raises(ValueError, match=r"\(model_type='llava' has no class default posenc "
+                                         r"knows\)"):  # fmt: skip
+        mrope_from_hf({"model_type": "llava", **text, "rope_parameters": {"type": "mrope"}})

@@ -111,3 +111,46 @@ def test_grid_table_keeps_the_dtype_and_checks_positions_by_name():
     assert mrope.table(pos).dtype == torch.float32
     with pytest.raises(ValueError, match=r"positions .*8"):
         mrope.table(torch.full((1, S, 3), 8), torch.float64)
+
+
+def test_a_wrapper_takes_only_an_encoding_and_passes_out_through():
+    with pytest.raises(ValueError, match="^encoding must be a PositionalEncoding, got str$"):
+        SoftmaxFactor("rope", factor=2.0)
+    alibi = ALiBi(H)
+    buf = torch.empty(1, H, S, S)
+    got = SoftmaxFactor(alibi, factor=2.0).score_bias(range(S), range(S), out=buf)
+    assert got.data_ptr() == buf.data_ptr()  # written into the caller's buffer
+    torch.testing.assert_close(buf, alibi.score_bias(range(S), range(S)), rtol=0, atol=0)
+
+
+def test_score_bias_batches_must_pair():
+    alibi = ALiBi(H)
+    q2, k3 = torch.zeros(2, S, dtype=torch.long), torch.zeros(3, S, dtype=torch.long)
+    with pytest.raises(ValueError, match=re.escape("k_positions must have the batch of "
+                                                   "q_positions (2), got 3")):  # fmt: skip
+        alibi(q2, k3)
+    assert alibi(q2[:1], k3[:2]).shape == (2, H, S, S)  # a batch of 1 broadcasts
+    assert alibi(q2, k3[:1]).shape == (2, H, S, S)
+
+
+def test_xpos_names_the_positions_it_refuses():
+    from posenc.torch import XPos
+
+    xpos = XPos(HD, max_len=32)
+    q = torch.randn(1, 2, 3, HD)
+    with pytest.raises(ValueError, match="^q_positions must be non-negative, got -1"):
+        xpos.encode_qk(q, q, torch.tensor([[-1, 0, 1]]), range(3))
+    with pytest.raises(ValueError, match="^k_positions must be < max_len=32, got 99"):
+        xpos.encode_qk(q, q, range(3), torch.tensor([[0, 1, 99]]))
+
+
+def test_attention_module_passes_packed_documents_on():
+    from posenc.torch import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, encoding=RotaryEmbedding(8, max_len=32)).double()
+    x = torch.randn(1, 7, 16, dtype=torch.float64)  # (batch, seq, dim): documents of 3 and 4
+    docs = torch.tensor([[0, 0, 0, 1, 1, 1, 1]])
+    got = mha(x, documents=docs)
+    want = torch.cat([mha(x[:, :3]), mha(x[:, 3:])], dim=1)  # each alone, from position 0
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
