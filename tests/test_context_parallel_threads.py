@@ -57,11 +57,20 @@ class _Threads:
 
     def all_reduce(self, t, group=None):
         assert group is self
+        assert t.is_contiguous()  # as gloo and NCCL require
         t.copy_(torch.stack(self._exchange(t)).sum(0))
 
+    def _size(self, group=None):
+        assert group is self  # not the default group
+        return self.world
+
+    def _rank(self, group=None):
+        assert group is self
+        return self.local.rank
+
     def install(self, monkeypatch):
-        monkeypatch.setattr(dist, "get_world_size", lambda group=None: self.world)
-        monkeypatch.setattr(dist, "get_rank", lambda group=None: self.local.rank)
+        monkeypatch.setattr(dist, "get_world_size", self._size)
+        monkeypatch.setattr(dist, "get_rank", self._rank)
         monkeypatch.setattr(dist, "all_gather", self.all_gather)
         monkeypatch.setattr(dist, "all_reduce", self.all_reduce)
 
@@ -91,7 +100,8 @@ def test_the_gather_sums_every_ranks_gradient_and_keeps_its_own_slice(monkeypatc
     group = _Threads(3)
     group.install(monkeypatch)
     xs = [torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3)]
-    grads = [torch.randn(1, 2, 12, 3, dtype=torch.float64) for _ in range(3)]
+    # gradients as autograd may hand them over: not contiguous
+    grads = [torch.randn(1, 12, 2, 3, dtype=torch.float64).transpose(1, 2) for _ in range(3)]
 
     def rank_step(rank):
         x = xs[rank].clone().requires_grad_()
@@ -115,27 +125,34 @@ def test_sharded_forward_and_gradients_equal_the_unsharded_model(name, world, ba
 
 
 @pytest.mark.parametrize("name", ["rope", "mrope"])
-def test_without_documents(name, monkeypatch):
-    _check(name, 2, True, None, monkeypatch)
+def test_without_documents_and_with_the_default_chunking(name, monkeypatch):
+    _check(name, 2, None, None, monkeypatch)
 
 
-def _check(name, world, balanced, docs, monkeypatch):
+def test_grid_positions(monkeypatch):
+    g = torch.Generator().manual_seed(4)
+    grid = torch.randint(0, 9, (2, N, 3), generator=g)  # (batch, seq, axes): M-RoPE's (t, h, w)
+    _check("mrope", 2, True, None, monkeypatch, positions=grid)
+
+
+def _check(name, world, balanced, docs, monkeypatch, positions=None):
     torch.manual_seed(0)
     lm = TransformerLM(V, D, 2, H, kv_heads=1, encoding=ENCODINGS[name]()).double()
     idx = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(1))
     target = torch.randint(0, V, (2, N), generator=torch.Generator().manual_seed(2))
     loss = torch.nn.functional.cross_entropy
-    full = lm(idx, documents=docs)  # (2, N, V): the unsharded model
+    full = lm(idx, positions, documents=docs)  # (2, N, V): the unsharded model
     loss(full.flatten(0, 1), target.flatten(), reduction="sum").backward()
     group = _Threads(world)
     group.install(monkeypatch)
 
     def rank_step(rank):
-        mine = shard_index(N, rank, world, balanced=balanced)  # (N / world,)
+        chunking = {} if balanced is None else {"balanced": balanced}  # None: the default
+        mine = shard_index(N, rank, world, **chunking)  # (N / world,)
         model = copy.deepcopy(lm)
         model.zero_grad()
-        local = context_parallel_forward(model, idx, documents=docs, group=group,
-                                         balanced=balanced)  # (2, N / world, V)  # fmt: skip
+        local = context_parallel_forward(model, idx, positions=positions, documents=docs,
+                                         group=group, **chunking)  # (2, N / world, V)  # fmt: skip
         loss(local.flatten(0, 1), target[:, mine].flatten(), reduction="sum").backward()
         return mine, local.detach(), {k: p.grad for k, p in model.named_parameters()}
 

@@ -263,7 +263,7 @@ def test_query_temperature_reference_values_and_refusals():
     for scale in (True, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=f"scale must be a finite number, got {scale!r}"):
             query_temperature(4, scale=scale, floor=2)
-    with pytest.raises(ValueError, match="floor"):
+    with pytest.raises(ValueError, match="^floor"):
         query_temperature(4, scale=0.1, floor=0)
     for shift in (True, 1.0, -1):
         with pytest.raises(ValueError, match=f"shift must be an int >= 0, got {shift!r}"):
@@ -340,3 +340,12 @@ def test_mrope_layout_from_the_outer_or_the_text_model_type():
     with pytest.raises(ValueError, match=r"\(model_type='llava' has no class default posenc "
                                          r"knows\)"):  # fmt: skip
         mrope_from_hf({"model_type": "llava", **text, "rope_parameters": {"type": "mrope"}})
+
+
+def test_schedule_layers_differing_only_in_chunk_share_an_encoding():
+    from posenc.torch import Schedule
+
+    cfg = _cfg("llama4_text", depth=2, no_rope_layers=[1, 1], attention_chunk_size=4,
+               layer_types=["chunked_attention", "full_attention"])  # fmt: skip
+    s = Schedule.from_hf(cfg)
+    assert (s[0].chunk, s[1].chunk) == (4, None) and s[0].encoding is s[1].encoding

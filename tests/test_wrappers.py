@@ -154,3 +154,32 @@ def test_attention_module_passes_packed_documents_on():
     got = mha(x, documents=docs)
     want = torch.cat([mha(x[:, :3]), mha(x[:, 3:])], dim=1)  # each alone, from position 0
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_attention_mask_applies_window_and_chunk():
+    from posenc.torch import NoPE
+    from posenc.torch.attention.mask import attention_mask
+
+    def visible(**limits):
+        m, _ = attention_mask(NoPE(), range(6), range(6), causal=True, dtype=torch.float64,
+                              **limits)  # fmt: skip
+        return (m[0, 0] == 0).long().tolist()  # (seq_q, seq_k): 1 where a key is seen
+
+    window = visible(window=2)  # the query and the key before it
+    assert window[5] == [0, 0, 0, 0, 1, 1] and window[0] == [1, 0, 0, 0, 0, 0]
+    chunk = visible(chunk=4)  # keys of the query's own chunk of 4, up to it
+    assert chunk[5] == [0, 0, 0, 0, 1, 1] and chunk[3] == [1, 1, 1, 1, 0, 0]
+    with pytest.raises(ValueError, match="^window"):
+        visible(window=0)
+    with pytest.raises(ValueError, match="^chunk"):
+        visible(chunk=0)
+
+
+def test_a_static_cache_refuses_documents_by_name():
+    from posenc.torch import TransformerLM
+
+    lm = TransformerLM(11, 16, 1, 2, encoding=RotaryEmbedding(8, max_len=32))
+    cache = lm.new_cache(1, 8, static=True)
+    why = "^documents are not supported with a StaticKVCache: use a KVCache for a packed prefill"
+    with pytest.raises(ValueError, match=why):
+        lm(torch.tensor([[1, 2, 3]]), cache=cache, documents=torch.tensor([[0, 0, 1]]))
