@@ -183,3 +183,10 @@ def test_a_static_cache_refuses_documents_by_name():
     why = "^documents are not supported with a StaticKVCache: use a KVCache for a packed prefill"
     with pytest.raises(ValueError, match=why):
         lm(torch.tensor([[1, 2, 3]]), cache=cache, documents=torch.tensor([[0, 0, 1]]))
+
+
+def test_a_wrapper_without_its_encoding_has_no_inner_attribute():
+    # as during unpickling, before the state is set: hasattr must answer, not raise KeyError
+    bare = SoftmaxFactor.__new__(SoftmaxFactor)
+    torch.nn.Module.__init__(bare)
+    assert not hasattr(bare, "inner") and not hasattr(bare, "_hidden")
