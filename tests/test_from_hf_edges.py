@@ -5,6 +5,8 @@ of each rope type), their boundaries, Proportional's default factor (checked aga
 transformers' rope init when it is installed) and the table length each scaling reaches.
 """
 
+import re
+
 import pytest
 from expect import raises_exactly
 from test_from_hf import small
@@ -207,3 +209,37 @@ def test_max_len_is_the_context_the_scaling_reaches():
     # a fractional reach is rounded up: 1.5 x 1001 = 1501.5
     kwargs = from_hf(tiny({"rope_type": "linear", "factor": 1.5}, max_position_embeddings=1001))
     assert kwargs["max_len"] == 1502
+
+
+def test_phimoe_original_length_from_rope_parameters_or_the_maximum():
+    import copy
+
+    from test_from_hf import PHI35_MOE
+
+    from posenc.hf import from_hf
+
+    got = from_hf(PHI35_MOE)["scaling"]
+    assert got.original_max_len == 4096
+    cfg = copy.deepcopy(PHI35_MOE)
+    del cfg["rope_scaling"]["original_max_position_embeddings"]  # only at the top level:
+    assert from_hf(cfg)["scaling"].original_max_len == 131072  # HF overwrites it: the maximum
+    cfg["rope_scaling"]["original_max_position_embeddings"] = 1
+    assert from_hf(cfg)["scaling"].original_max_len == 1
+    cfg["rope_scaling"]["original_max_position_embeddings"] = 0
+    with pytest.raises(ValueError, match="^original_max_position_embeddings must be >= 1, got 0"):
+        from_hf(cfg)
+
+
+def test_unsupported_and_class_length_model_types():
+    from posenc.hf import from_hf
+    from posenc.hf.defaults import CLASS_MAX_LEN, UNSUPPORTED
+
+    base = {"hidden_size": 32, "num_attention_heads": 4, "rope_theta": 1e4}
+    with pytest.raises(ValueError, match="^model_type 'nanochat' is not reproduced: "
+                                         + re.escape(UNSUPPORTED["nanochat"])):  # fmt: skip
+        from_hf(base | {"model_type": "nanochat"})
+    got = from_hf(base | {"model_type": "recurrent_gemma", "partial_rotary_factor": 0.5})
+    assert got["max_len"] == CLASS_MAX_LEN["recurrent_gemma"] == 65536
+    got = from_hf(base | {"model_type": "recurrent_gemma", "partial_rotary_factor": 0.5,
+                          "max_position_embeddings": 100})  # fmt: skip
+    assert got["max_len"] == 100

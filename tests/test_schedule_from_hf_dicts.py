@@ -349,3 +349,16 @@ def test_schedule_layers_differing_only_in_chunk_share_an_encoding():
                layer_types=["chunked_attention", "full_attention"])  # fmt: skip
     s = Schedule.from_hf(cfg)
     assert (s[0].chunk, s[1].chunk) == (4, None) and s[0].encoding is s[1].encoding
+
+
+def test_pairing_from_the_rope_interleave_key():
+    from posenc.hf.config import pairing
+
+    assert pairing({}, "deepseek_v3") == "interleaved"  # the class default: True
+    assert pairing({"rope_interleave": True}, "deepseek_v3") == "interleaved"
+    assert pairing({"rope_interleave": False}, "deepseek_v3") == "half"
+    assert pairing({"rope_interleave": False}, "glm4") == "interleaved"  # no key: the code's
+    assert pairing({}, None) == "half" and pairing({}, "llama") == "half"
+    why = "model_type 'no_such_model' is not one whose pairing posenc knows.*code rotates$"
+    with pytest.raises(ValueError, match=why):
+        pairing({}, "no_such_model")
