@@ -257,3 +257,15 @@ def test_a_layer_type_the_parameters_do_not_have_is_refused():
     why = "layer_type must be one of ['sliding_attention', 'full_attention'], got 'conv'"
     with pytest.raises(ValueError, match=re.escape(why)):
         from_hf(cfg, layer_type="conv")
+
+
+def test_the_module_reads_the_parameters_of_its_layer_type():
+    from posenc.torch import RotaryEmbedding
+
+    per = {t: {"rope_type": "default", "rope_theta": b}
+           for t, b in (("sliding_attention", 1e4), ("full_attention", 1e6))}  # fmt: skip
+    cfg = {"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 2,
+           "head_dim": 16, "max_position_embeddings": 64, "rope_parameters": per,
+           "layer_types": ["sliding_attention", "full_attention"]}  # fmt: skip
+    assert RotaryEmbedding.from_hf(cfg, layer_type="full_attention").base == 1e6
+    assert RotaryEmbedding.from_hf(cfg, layer_type="sliding_attention").base == 1e4
