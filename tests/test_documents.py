@@ -246,3 +246,18 @@ def test_decoding_continues_after_the_last_real_document():
     grid = torch.tensor([[[0, 0, 0], [1, 3, 2], [2, 0, 7], [0, 0, 0], [1, 1, 1]]]).expand(2, 5, 3)
     nxt, _ = after_last_document(grid, torch.tensor([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]))
     assert nxt.tolist() == [[2], [8]]
+
+
+def test_a_row_may_begin_inside_a_document():
+    from posenc.torch.documents import check_agree
+
+    docs = torch.tensor([[4, 4, 5, 5], [0, 0, 0, 1]])
+    pos = torch.tensor([[7, 8, 0, 1], [3, 4, 5, 0]])  # row starts continue a document
+    assert torch.equal(check_agree(pos, docs), pos)
+    assert torch.equal(check_agree(range(3, 7), torch.zeros(1, 4, dtype=torch.long)),
+                       torch.tensor([[3, 4, 5, 6]]))  # fmt: skip
+    grid = torch.zeros(2, 4, 3, dtype=torch.long) + 9  # M-RoPE coordinates: not checked
+    assert check_agree(grid, docs) is grid
+    why = "positions must restart at 0 where a document starts: row 1, index 3 starts document 1"
+    with pytest.raises(ValueError, match=re.escape(why) + " at position 6$"):
+        check_agree(torch.tensor([[7, 8, 0, 1], [3, 4, 5, 6]]), docs)
