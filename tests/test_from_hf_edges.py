@@ -245,27 +245,26 @@ def test_unsupported_and_class_length_model_types():
     assert got["max_len"] == 100
 
 
+# a Gemma-3-like dict whose RoPE parameters are given per layer type
+PER_TYPE = {"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 2,
+            "head_dim": 16, "max_position_embeddings": 64,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {t: {"rope_type": "default", "rope_theta": b}
+                                for t, b in (("sliding_attention", 1e4),
+                                             ("full_attention", 1e6))}}  # fmt: skip
+
+
 def test_a_layer_type_the_parameters_do_not_have_is_refused():
     from posenc.hf import from_hf
 
-    per = {t: {"rope_type": "default", "rope_theta": b}
-           for t, b in (("sliding_attention", 1e4), ("full_attention", 1e6))}  # fmt: skip
-    cfg = {"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 2,
-           "head_dim": 16, "max_position_embeddings": 64, "rope_parameters": per,
-           "layer_types": ["sliding_attention", "full_attention"]}  # fmt: skip
-    assert from_hf(cfg, layer_type="full_attention")["base"] == 1e6
+    assert from_hf(PER_TYPE, layer_type="full_attention")["base"] == 1e6
     why = "layer_type must be one of ['sliding_attention', 'full_attention'], got 'conv'"
     with pytest.raises(ValueError, match=re.escape(why)):
-        from_hf(cfg, layer_type="conv")
+        from_hf(PER_TYPE, layer_type="conv")
 
 
 def test_the_module_reads_the_parameters_of_its_layer_type():
     from posenc.torch import RotaryEmbedding
 
-    per = {t: {"rope_type": "default", "rope_theta": b}
-           for t, b in (("sliding_attention", 1e4), ("full_attention", 1e6))}  # fmt: skip
-    cfg = {"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 2,
-           "head_dim": 16, "max_position_embeddings": 64, "rope_parameters": per,
-           "layer_types": ["sliding_attention", "full_attention"]}  # fmt: skip
-    assert RotaryEmbedding.from_hf(cfg, layer_type="full_attention").base == 1e6
-    assert RotaryEmbedding.from_hf(cfg, layer_type="sliding_attention").base == 1e4
+    assert RotaryEmbedding.from_hf(PER_TYPE, layer_type="full_attention").base == 1e6
+    assert RotaryEmbedding.from_hf(PER_TYPE, layer_type="sliding_attention").base == 1e4

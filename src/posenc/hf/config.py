@@ -83,8 +83,7 @@ def rope_params(cfg, layer_type=None):
     params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if not isinstance(params, Mapping):
         raise ValueError(f"rope_scaling/rope_parameters must be a dict, got {params!r}")
-    labels = set(cfg.get("layer_types") or ())
-    nested = [k for k, v in params.items() if k in labels or isinstance(v, Mapping)]
+    nested = per_type_keys(params, cfg)
     if nested and layer_type is None:
         raise ValueError(
             f"rope parameters are given per layer type {nested}: pass layer_type= (one of "
@@ -97,6 +96,13 @@ def rope_params(cfg, layer_type=None):
             raise ValueError(f"layer_type must be one of {nested}, got {layer_type!r}")
         return dict(params[layer_type])
     return dict(params)
+
+
+def per_type_keys(params, cfg):
+    """The keys of a rope dict given per layer type: a label of ``layer_types`` or a nested
+    dict (Gemma 3's ``{"sliding_attention": {...}, "full_attention": {...}}``)."""
+    labels = set(cfg.get("layer_types") or ())
+    return [k for k, v in params.items() if k in labels or isinstance(v, Mapping)]
 
 
 def rope_type(params, model_type):

@@ -131,10 +131,7 @@ def _rope(config, cfg, model_type, layer_type):
 
         return {"mrope": True, **mrope_from_hf(config)}
     params = cfg.get("rope_parameters")
-    labels = set(cfg.get("layer_types") or ())
-    per_type = isinstance(params, dict) and any(
-        k in labels or isinstance(v, dict) for k, v in params.items()
-    )
+    per_type = isinstance(params, dict) and bool(read.per_type_keys(params, cfg))
     if per_type and layer_type not in params and "attention" in layer_type:
         raise ValueError(
             f"rope_parameters has no entry for the attention layer type {layer_type!r} "
