@@ -261,3 +261,26 @@ def test_a_row_may_begin_inside_a_document():
     why = "positions must restart at 0 where a document starts: row 1, index 3 starts document 1"
     with pytest.raises(ValueError, match=re.escape(why) + " at position 6$"):
         check_agree(torch.tensor([[7, 8, 0, 1], [3, 4, 5, 6]]), docs)
+
+
+def test_vmapped_positions_are_checked_against_documents_as_eager_ones_are():
+    # under vmap the positions are out of Python's reach, as compiled: the check is an op
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 8, dtype=torch.float64) for _ in range(3))
+    docs = torch.tensor([[0, 0, 1, 1, 1, 2]])
+    enc = RotaryEmbedding(8, max_len=16)
+
+    def run(kp):
+        return attend(q, k, v, enc, documents=docs, k_positions=kp)
+
+    # the second set begins inside document 0: only starts after the first token restart
+    pos = torch.tensor([[[0, 1, 0, 1, 2, 0]], [[3, 5, 0, 1, 2, 0]]])  # (sets, 1, seq)
+    got = torch.func.vmap(run)(pos)
+    want = torch.stack([run(p) for p in pos])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert not torch.allclose(want[0], want[1])  # document 0 has another distance
+    for bad, value in [([0, 1, 0, 1, 2, 5], 5), ([0, 1, 1, 2, 3, 0], 1)]:
+        sets = torch.tensor([[[0, 1, 0, 1, 2, 0]], [bad]])
+        why = f"positions at a document start must be < 1, got {value}"
+        with pytest.raises(ValueError, match=f"^{why}$"):
+            torch.func.vmap(run)(sets)

@@ -115,6 +115,50 @@ def test_a_dataclass_scaling_is_rebuilt_from_its_key_in_every_process_alike():
     np.testing.assert_allclose(kr.numpy(), _rope_ref(k, range(10), **kw), rtol=0, atol=1e-5)
 
 
+class _Holder:
+    @dataclass(frozen=True)
+    class Halved(posenc.scaling.Scaling):  # nested: its path has a dotted qualname
+        below: int = 4
+        length_dependent = True
+
+        def inv_freq(self, dim, base, seq_len=None):
+            inv, _ = posenc.rope_frequencies(dim, base=base)
+            return (inv / 2 if (seq_len or 0) > self.below else inv), 1.0
+
+
+@dataclass(frozen=True)
+class _SetField(posenc.scaling.Scaling):
+    skip: frozenset = frozenset({1})
+    length_dependent = True
+
+    def inv_freq(self, dim, base, seq_len=None):
+        return posenc.rope_frequencies(dim, base=base)[0], 1.0
+
+
+def test_a_nested_dataclass_scaling_travels_by_its_dotted_path():
+    key = tables.settings_key(8, 100.0, _Holder.Halved(3), None)
+    assert f"{__name__}:_Holder.Halved" in key
+    assert tables._settings(key) == (8, 100.0, _Holder.Halved(3), None)
+    x = torch.ones(1, 1, 5, 8, dtype=torch.float64)  # length 5 > 3: rates halved
+    rope = RotaryEmbedding(8, base=100.0, scaling=_Holder.Halved(3), max_len=16)
+    want = _rope_ref(x, range(5), base=100.0, scaling=posenc.scaling.Linear(2.0))
+    np.testing.assert_allclose(rope(x, x)[0].numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_settings_that_are_not_json_or_not_valid_are_refused_with_their_reason():
+    msg = ("scaling _SetField cannot travel as a value (a module rebuilds a length-dependent "
+           "scaling from its class and fields): its fields are not JSON values")  # fmt: skip
+    with raises_exactly(msg):
+        tables.settings_key(8, 10_000.0, _SetField(), None)
+    # validated by rope_frequencies first, with its own messages
+    with raises_exactly("base must be a positive finite number, got 0.0"):
+        tables.settings_key(8, 0.0, DynamicNTK(2.0, 4), None)
+    with raises_exactly("scaling must be a posenc.scaling object, got 'yarn'"):
+        tables.settings_key(8, 10_000.0, "yarn", None)
+    with raises_exactly("rotary_dim must be <= head_dim=8, got 10"):
+        tables.settings_key(8, 10_000.0, DynamicNTK(2.0, 4), 10)
+
+
 # -- device: next to the input -----------------------------------------------------------------
 
 

@@ -99,8 +99,8 @@ def check_agree(positions, documents) -> torch.Tensor:
     starts[:, 0] = False
     if traced(positions):  # compiled: a checking op the returned positions depend on
         at = torch.where(starts, positions.expand_as(documents), 0)  # (batch, seq)
-        why = " at every document start"
-        return torch.where(starts, checked_positions(at, 0, 1, "positions", "", why), positions)
+        name = "positions at a document start"  # "... must be < 1, got 3"
+        return torch.where(starts, checked_positions(at, 0, 1, name, "", ""), positions)
     wrong = starts & (positions.expand_as(documents) != 0)
     if bool(wrong.any()):
         row, i = (int(v) for v in wrong.nonzero()[0])
