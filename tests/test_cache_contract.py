@@ -106,3 +106,73 @@ def test_range_positions_in_a_grid_cache_are_built_on_the_cache_device():
     on_cpu = KVCache(layers=1, batch=1, max_len=8, kv_heads=1, key_dim=4, value_dim=4)
     on_cpu._grid_positions(torch.zeros(1, 2, 3, dtype=torch.long))
     assert on_cpu._grid_positions(range(2, 4)).tolist() == [[[2, 2, 2], [3, 3, 3]]]
+
+
+def _state(cache):
+    """What a step may write, copied (last_document is read only while packed)."""
+    names = ["positions", "valid", "documents", "next_position", "filled",
+             "length", "packed", "contiguous", "padded"]  # fmt: skip
+    got = {n: getattr(cache, n) for n in names if hasattr(cache, n)}
+    return {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in got.items()}
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for n in a:
+        same = torch.equal(a[n], b[n]) if isinstance(a[n], torch.Tensor) else a[n] == b[n]
+        assert same, n
+
+
+@pytest.mark.parametrize("prefill", [1, 3])
+def test_a_failed_step_after_a_packed_prefill_leaves_no_trace(prefill):
+    # a packed prefill (documents) of 1 or 3 tokens; a step RoPE refuses (position 8 >=
+    # max_len) after the cache wrote it: the cache is as before, and decoding continues
+    # each row's last document exactly as a cache that never saw the failure
+    attn = _mha(RotaryEmbedding(HD, max_len=8))
+    x = torch.randn(2, 5, DIM, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    docs = torch.tensor([[0, 0, 1], [0, 1, 1]])[:, :prefill]
+    caches = [attn.new_cache(2, 8), attn.new_cache(2, 8)]
+    for cache in caches:
+        attn(x[:, :prefill], cache=cache, documents=docs)
+    before = _state(caches[0])
+    assert before["packed"]
+    with pytest.raises(ValueError, match="max_len"):
+        attn(x[:, prefill : prefill + 2], range(7, 9), cache=caches[0])
+    _same(_state(caches[0]), before)
+    got, want = (attn(x[:, prefill:], cache=c) for c in caches)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert torch.equal(caches[0].documents, caches[1].documents)
+
+
+def test_a_failed_packed_prefill_leaves_an_empty_cache_unpacked():
+    attn = _mha(RotaryEmbedding(HD, max_len=4))
+    x = torch.randn(1, 6, DIM, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    cache, fresh = attn.new_cache(1, 8), attn.new_cache(1, 8)
+    before = _state(cache)
+    with pytest.raises(ValueError, match="max_len"):  # positions 0..4 of one document
+        attn(x[:, :5], cache=cache, documents=torch.zeros(1, 5, dtype=torch.long))
+    _same(_state(cache), before)
+    # a plain prompt next: no document carried over from the failed step
+    torch.testing.assert_close(attn(x[:, :3], cache=cache), attn(x[:, :3], cache=fresh))
+    _same(_state(cache), _state(fresh))
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["KVCache", "StaticKVCache"])
+def test_a_failed_grid_step_leaves_no_trace(static):
+    # M-RoPE coordinates (batch, n, 3) in the cache; a step past max_len is undone in every
+    # axis, and the next step continues as on a cache that never saw it
+    attn = _mha(MRoPE(HD, sections=(2, 2, 2), max_len=12))
+    pos = torch.from_numpy(posenc.mrope_positions([2, (1, 2, 4), 3], spatial_merge=2))
+    pos = pos[None].expand(2, -1, -1)  # (2, 7, 3): text, a 1x1x2 image, text at 4..6
+    x = torch.randn(2, 7, DIM, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    caches = [attn.new_cache(2, 7, static=static) for _ in range(2)]
+    for cache in caches:
+        attn(x[:, :4], pos[:, :4], cache=cache)
+    before = _state(caches[0])
+    bad = torch.tensor([[[12, 0, 0], [13, 0, 0]]]).expand(2, -1, -1)
+    with pytest.raises(ValueError, match="max_len"):
+        attn(x[:, 4:6], bad, cache=caches[0])
+    _same(_state(caches[0]), before)
+    got, want = (attn(x[:, 4:], pos[:, 4:], cache=c) for c in caches)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(got, attn(x, pos)[:, 4:], rtol=1e-10, atol=1e-10)

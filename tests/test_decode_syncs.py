@@ -82,6 +82,32 @@ def test_the_counting_sees_a_read(monkeypatch):
     assert reads == ["bounds"]
 
 
+_PREFILLS = {  # how the prompt was given: the decode steps after it still read nothing
+    "positions": {"positions": torch.tensor([[0, 1, 2], [4, 5, 6]])},
+    "range": {"positions": range(2, 5)},
+    "padding": {"padding_mask": torch.tensor([[False, True, True], [True, True, True]])},
+    "documents": {"documents": torch.tensor([[0, 0, 1], [0, 1, 1]])},
+}
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["KVCache", "StaticKVCache"])
+@pytest.mark.parametrize("prefill", list(_PREFILLS))
+@pytest.mark.parametrize("name", ["rope", "alibi", "mrope"])
+def test_decode_steps_after_any_prefill_read_nothing_back(name, prefill, static, monkeypatch):
+    if static and prefill == "documents":
+        pytest.skip("a StaticKVCache refuses documents")
+    lm = _lm(name)
+    cache = lm.new_cache(2, 16, static=static)
+    with torch.no_grad():
+        logits = lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache, **_PREFILLS[prefill])
+        reads = _counted(monkeypatch)
+        for _ in range(3):
+            with profile() as prof:
+                logits = lm(logits[:, -1:].argmax(-1), cache=cache)
+            dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]
+            assert sum(dense) == 0 and reads == [], reads
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("name", ["rope", "alibi", "mrope", "sinusoidal", "pope"])
 def test_a_compiled_decode_step_reads_nothing_but_in_the_checking_op(name, monkeypatch):

@@ -16,7 +16,13 @@ import torch
 
 from posenc._checks import check_int
 from posenc.torch.documents import after_last_document
-from posenc.torch.position_values import carry_bounds, joined, known_bounds, remember_bounds
+from posenc.torch.position_values import (
+    carry_bounds,
+    joined,
+    known_bounds,
+    max_position,
+    remember_bounds,
+)
 from posenc.torch.positions import position_arg
 
 __all__ = ["KVCache"]
@@ -247,7 +253,8 @@ class KVCache:
             self.packed = True
             real = self.valid[:, start:stop]  # (batch, n): padding continues no document
             nxt, self.last_document = after_last_document(q_pos, documents, real)
-            self._pending = (saved, nxt, None)
+            # read once here (the prefill reads the documents anyway), not at every decode step
+            self._pending = (saved, nxt, max_position(nxt))
         elif self.packed:  # the new tokens continue each row's last real document
             self.documents[:, start:stop] = self.last_document
         if self.packed:
