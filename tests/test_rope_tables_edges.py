@@ -243,3 +243,16 @@ def test_table_grows_to_exactly_the_rows_needed():
     qr, _ = rope(q, q, torch.tensor([[9_999]]))  # past 2 * 4096 rows: exactly 10 000
     assert rope.cos_sin.shape[0] == 10_000
     np.testing.assert_allclose(qr.numpy(), _rope_ref(q, [9_999]), rtol=0, atol=1e-5)
+
+
+def test_table_reads_the_length_from_length_from_not_from_its_positions():
+    # dynamic NTK past its original length: rows 0..2 of the table for a 100-token step use
+    # the rates of length 100, not of length 3 (the positions asked for)
+    rope = RotaryEmbedding(8, base=100.0, scaling=DynamicNTK(2.0, 16), max_len=128)
+    got = rope.table(range(3), torch.float64, length_from=range(100))[0]  # (3, 4, 2)
+    inv, scale = posenc.rope_frequencies(8, base=100.0, scaling=DynamicNTK(2.0, 16), seq_len=100)
+    angles = np.arange(3)[:, None] * inv  # (3, 4)
+    want = scale * np.stack([np.cos(angles), np.sin(angles)], -1)
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-15)
+    short = rope.table(range(3), torch.float64)[0]  # length 3 < 16: the plain rates
+    assert not np.allclose(short.numpy(), want)
