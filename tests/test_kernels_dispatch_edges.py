@@ -349,3 +349,38 @@ def test_triton_rotates_a_sequence_longer_than_one_programs_block():
         got = kernels.rotate(x, cs, "half", impl="triton")
     want = posenc.rope(x.double().numpy(), np.arange(9000))
     torch.testing.assert_close(got.double(), torch.from_numpy(want), rtol=0, atol=1e-5)
+
+
+def test_rows_per_head_refuse_a_forced_triton_and_fall_back_otherwise(monkeypatch):
+    x = _x()  # (2, 3, SEQ, HD)
+    cs = _cs()[None].expand(3, -1, -1, -1)  # (heads, SEQ, HD // 2, 2): a row set per head
+    with raises_exactly("impl='triton' needs [cos, sin] rows shared by the heads"):
+        kernels.rotate(x, cs, "half", impl="triton")
+    monkeypatch.setitem(kernels.TABLE, ("cpu", "plain"), ("triton",) * 3)  # as on a GPU
+    monkeypatch.setattr(kernels, "_triton_ok", lambda: True)
+    triton = _spy(monkeypatch, "_triton")
+    got = kernels.rotate(x, cs, "half")
+    assert triton == []  # the table's fallback ran instead
+    torch.testing.assert_close(got.double(), _ref(x, "half"), rtol=0, atol=1e-5)
+
+
+def test_a_table_that_requires_grad_is_recorded_even_when_x_does_not():
+    # gradients reach the [cos, sin] rows (a learned table, a model fitting the angles)
+    x = _x(torch.float64)
+    cs = _cs(torch.float64).requires_grad_()
+    assert kernels.mode(x, cs) == "autograd"
+    y = kernels.rotate(x, cs, "half", out=None)
+    weight = torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype)
+    (y * weight).sum().backward()
+    # d/d cos of x1 cos - x2 sin (first half) and x2 cos + x1 sin (second half), summed
+    x1, x2, w1, w2 = (
+        x[..., : HD // 2],
+        x[..., HD // 2 :],
+        weight[..., : HD // 2],
+        weight[..., HD // 2 :],
+    )
+    want_cos = (w1 * x1 + w2 * x2).sum((0, 1))  # (SEQ, HD // 2)
+    want_sin = (-w1 * x2 + w2 * x1).sum((0, 1))
+    torch.testing.assert_close(cs.grad, torch.stack([want_cos, want_sin], -1), rtol=0, atol=1e-12)
+    with torch.no_grad():
+        assert kernels.mode(x, cs) == "plain"
