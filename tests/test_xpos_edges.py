@@ -128,6 +128,30 @@ def test_float16_window_names_the_lower_end_when_both_are_as_far():
         _call(_small(), range(25, 40))  # 25 and 39 are both 7 from the centre
 
 
+def test_vmapped_positions_are_checked_against_the_window_too():
+    # under vmap the positions are out of Python's reach: the window check is an op
+    xpos = _small()
+    x = torch.ones(1, 1, 3, 4, dtype=torch.float16)
+
+    def call(qp, kp):
+        return xpos.encode_qk(x, x, qp, kp)
+
+    good = torch.tensor([[[26, 27, 28]], [[36, 37, 38]]])  # (sets, 1, 3): the window's ends
+    got = torch.func.vmap(call)(good, good)
+    want = [call(p, p) for p in good]
+    for i in range(2):
+        assert torch.equal(got[0][i], want[i][0]) and torch.equal(got[1][i], want[i][1])
+    why = "; xPos in torch.float16 keeps within 6 of the centre 32"
+    for name, bad, msg in [
+        ("q_positions", [37, 38, 39], "must be < 39, got 39"),
+        ("k_positions", [25, 26, 27], "must be >= 26, got 25"),
+    ]:
+        sets = torch.tensor([[[30, 31, 32]], [bad]])
+        q, k = (sets, good) if name == "q_positions" else (good, sets)
+        with raises_exactly(f"{name} {msg}{why}"):
+            torch.func.vmap(call)(q, k)
+
+
 def test_max_len_refused_just_past_the_float32_reach():
     # float32 reach for scale_base=1: int(log(finfo.max / 16) / 1.2528) = int(68.6) = 68
     assert XPos(8, scale_base=1.0, max_len=137).window(torch.float32) == 68
