@@ -24,7 +24,8 @@ from test_real_user_matrix import MATRIX, NAMES, _make
 from torch.profiler import profile
 
 import posenc.torch.position_values as pv
-from posenc.torch import TransformerLM
+from posenc.scaling import DynamicNTK
+from posenc.torch import RotaryEmbedding, TransformerLM
 
 D, HEADS = 16, 2
 
@@ -102,6 +103,22 @@ def test_decode_steps_after_any_prefill_read_nothing_back(name, prefill, static,
         logits = lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache, **_PREFILLS[prefill])
         reads = _counted(monkeypatch)
         for _ in range(3):
+            with profile() as prof:
+                logits = lm(logits[:, -1:].argmax(-1), cache=cache)
+            dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]
+            assert sum(dense) == 0 and reads == [], reads
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["KVCache", "StaticKVCache"])
+def test_a_length_dependent_scaling_decodes_without_reading_back(static, monkeypatch):
+    # dynamic NTK's rates follow the length (largest key position + 1): known on the host
+    enc = RotaryEmbedding(D // HEADS, scaling=DynamicNTK(2.0, 4), max_len=32)
+    lm = TransformerLM(11, D, 4, HEADS, encoding=enc, max_len=32).eval()
+    cache = lm.new_cache(2, 16, static=static)
+    with torch.no_grad():
+        logits = lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache)
+        reads = _counted(monkeypatch)
+        for _ in range(3):  # lengths 4, 5, 6: past the original 4
             with profile() as prof:
                 logits = lm(logits[:, -1:].argmax(-1), cache=cache)
             dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]

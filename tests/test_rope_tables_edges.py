@@ -256,3 +256,18 @@ def test_table_reads_the_length_from_length_from_not_from_its_positions():
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-15)
     short = rope.table(range(3), torch.float64)[0]  # length 3 < 16: the plain rates
     assert not np.allclose(short.numpy(), want)
+
+
+def test_encode_qk_reads_the_length_from_the_keys_when_they_reach_further():
+    # queries at 0, 1 and keys at 0..9: the length is 10 (past the original 4) for both
+    rope = RotaryEmbedding(8, scaling=DynamicNTK(2.0, 4), max_len=32)
+    torch.manual_seed(2)
+    q, k = (
+        torch.randn(1, 1, 2, 8, dtype=torch.float64),
+        torch.randn(1, 1, 10, 8, dtype=torch.float64),
+    )
+    for q_pos, k_pos in [(range(2), range(10)), (torch.tensor([[0, 1]]), torch.arange(10)[None])]:
+        qr, kr = rope.encode_qk(q, k, q_pos, k_pos)
+        ref = {"scaling": DynamicNTK(2.0, 4), "seq_len": 10}
+        np.testing.assert_allclose(qr.numpy(), _rope_ref(q, range(2), **ref), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(kr.numpy(), _rope_ref(k, range(10), **ref), rtol=0, atol=1e-12)
