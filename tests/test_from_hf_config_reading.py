@@ -71,6 +71,25 @@ def test_plain_object_is_read_through_its_attributes():
     assert from_hf(ns)["head_dim"] == 16
 
 
+def test_an_object_without_head_dim_takes_hidden_size_over_heads_rounded_down():
+    # an object passed its class's checks; its modeling code takes hidden // heads (GLM-4-MoE:
+    # 4096 // 96 = 42); a dict is read as written and refused for the remainder
+    ns = types.SimpleNamespace(**small(hidden_size=4096, num_attention_heads=96))
+    assert from_hf(ns)["head_dim"] == 42
+    with raises_exactly("hidden_size must be divisible by num_attention_heads=96 when the "
+                        "config has no head_dim, got hidden_size=4096"):  # fmt: skip
+        from_hf(small(hidden_size=4096, num_attention_heads=96))
+    # a class with its own head_dim default keeps it (Qwen3: 128, not 512 // 8 = 64)
+    qwen3 = types.SimpleNamespace(**small(model_type="qwen3", hidden_size=512,
+                                          num_attention_heads=8))  # fmt: skip
+    assert from_hf(qwen3)["head_dim"] == 128
+    # no heads, or 0 heads: the dict's refusals, not a division error
+    for heads, message in [(None, "config has no head_dim and no num_attention_heads"),
+                           (0, "num_attention_heads must be >= 1, got 0")]:  # fmt: skip
+        with raises_exactly(message):
+            from_hf(types.SimpleNamespace(**small(num_attention_heads=heads)))
+
+
 def test_object_without_attributes_is_refused():
     with raises_exactly("config must be a dict or a transformers config, got 3"):
         from_hf(3)
