@@ -622,6 +622,80 @@ def test_partial_rotary_factor_defaults_are_those_of_hf_config_classes():
         assert name in checked
 
 
+def _latent_attention_classes():
+    from transformers import CONFIG_MAPPING
+
+    found = []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:  # per-layer (heterogeneous) classes cannot be built from uniform settings
+            cfg = CONFIG_MAPPING[model_type](hidden_size=1200, num_attention_heads=12)
+        except Exception:
+            continue
+        if hasattr(cfg, "qk_rope_head_dim") and hasattr(cfg, "head_dim"):
+            found.append(model_type)
+    return found
+
+
+def test_latent_attention_head_dim_is_that_of_hf_config_classes():
+    # multi-head latent attention: the class derives head_dim from qk_rope_head_dim (or
+    # from qk_nope_head_dim + qk_rope_head_dim), overriding a given head_dim or not; a dict
+    # read by posenc gives each class's head_dim for every combination
+    from transformers import CONFIG_MAPPING
+
+    from posenc.hf import config as _hf
+
+    types = _latent_attention_classes()
+    assert {"deepseek_v2", "deepseek_v3", "kimi_linear", "mistral4", "minicpm3"} <= set(types)
+    variants = [{}, {"head_dim": 128}, {"qk_rope_head_dim": 16},
+                {"qk_rope_head_dim": 32, "qk_nope_head_dim": 64},
+                {"qk_rope_head_dim": 32, "qk_nope_head_dim": 96, "head_dim": 128}]  # fmt: skip
+    for model_type in types:
+        for keys in variants:
+            cfg = {"hidden_size": 1200, "num_attention_heads": 12, **keys}
+            want = CONFIG_MAPPING[model_type](**cfg).head_dim
+            assert _hf.head_dim({"model_type": model_type, **cfg}) == want, (model_type, keys)
+
+
+def test_a_derived_partial_factor_uses_the_class_head_dim_where_the_config_has_none():
+    # MiniMax-M2 with the legacy rotary_dim and no head_dim: 32 / 128 (the class's), as HF
+    from transformers import CONFIG_MAPPING
+
+    cfg = {"hidden_size": 256, "num_attention_heads": 4, "rotary_dim": 32,
+           "max_position_embeddings": 512, "rope_theta": 10000.0}  # fmt: skip
+    hf = CONFIG_MAPPING["minimax_m2"](**cfg)
+    assert hf.head_dim * hf.rope_parameters["partial_rotary_factor"] == 32  # the oracle
+    got = from_hf({"model_type": "minimax_m2", **cfg})
+    assert (got["head_dim"], got["rotary_dim"]) == (128, 32)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "keys", "want"),
+    [
+        ("mistral4", {"qk_rope_head_dim": 32, "qk_nope_head_dim": 64, "head_dim": 96}, 1 / 3),
+        ("deepseek_v4", {"qk_rope_head_dim": 64, "head_dim": 512}, 0.125),
+        ("minimax_m2", {"rotary_dim": 32, "head_dim": 128}, 0.25),
+        ("minimax_m2", {"head_dim": 128}, 1.0),  # no legacy key: the whole head
+    ],
+)
+def test_a_derived_partial_factor_is_the_ratio_hf_derives(model_type, keys, want):
+    from transformers import CONFIG_MAPPING
+
+    from posenc.hf import config as _hf
+
+    hf = CONFIG_MAPPING[model_type](**keys)
+    got = hf.rope_parameters.get("partial_rotary_factor")
+    got = getattr(hf, "partial_rotary_factor", None) if got is None else got
+    assert (1.0 if got is None else got) == pytest.approx(want, rel=1e-15)  # the oracle
+    assert _hf.partial_factor(dict(keys), {}, model_type) == pytest.approx(want, rel=1e-15)
+    if model_type != "minimax_m2":  # the numerator alone, or the denominator alone
+        for part in (
+            {"qk_rope_head_dim": keys["qk_rope_head_dim"]},
+            {"head_dim": keys["head_dim"]},
+        ):
+            with pytest.raises(ValueError, match="HF derives it"):
+                _hf.partial_factor(part, {}, model_type)
+
+
 @pytest.mark.parametrize(
     "model_type", ["phi", "glm", "nemotron", "persimmon", "stablelm", "qwen3_next"]
 )

@@ -22,6 +22,9 @@ from posenc.hf.defaults import (
     NEOX_PCT,
     NO_EQUIVALENT,
     PAIRING_KEYS,
+    QK_HEAD_DIM_DEFAULT,
+    ROPE_PART_HEAD_DIM,
+    ROPE_PART_HEAD_DIM_DEFAULT,
     ROPE_TYPES,
 )
 
@@ -153,9 +156,21 @@ def partial_factor(cfg, params, model_type):
 
 
 def head_dim(cfg):
-    if cfg.get("head_dim") is not None:  # 0 is refused, not taken for "absent"
-        return check_int("head_dim", cfg["head_dim"], minimum=1)
-    if cfg.get("model_type") in CLASS_HEAD_DIM:
+    model_type, given = cfg.get("model_type"), cfg.get("head_dim")
+    if model_type in ROPE_PART_HEAD_DIM or (
+        given is None and model_type in ROPE_PART_HEAD_DIM_DEFAULT
+    ):  # latent attention: the RoPE part of a head
+        rope_part = cfg.get("qk_rope_head_dim")
+        if rope_part is None:
+            return CLASS_HEAD_DIM[model_type]
+        return check_int("qk_rope_head_dim", rope_part, minimum=1)
+    if given is None and model_type in QK_HEAD_DIM_DEFAULT:  # the whole query-key head
+        nope, rope = QK_HEAD_DIM_DEFAULT[model_type]
+        nope = check_int("qk_nope_head_dim", cfg.get("qk_nope_head_dim", nope), minimum=1)
+        return nope + check_int("qk_rope_head_dim", cfg.get("qk_rope_head_dim", rope), minimum=1)
+    if given is not None:  # 0 is refused, not taken for "absent"
+        return check_int("head_dim", given, minimum=1)
+    if model_type in CLASS_HEAD_DIM:
         return CLASS_HEAD_DIM[cfg["model_type"]]
     for key in ("hidden_size", "num_attention_heads"):
         if cfg.get(key) is None:

@@ -49,7 +49,7 @@ LEGACY_PARTIAL = ("minimax_m2",)
 CLASS_HEAD_DIM = {
     **dict.fromkeys(("axk2", "minicpm3"), 32),
     **dict.fromkeys(("axk1", "bailing_hybrid", "deepseek_v2", "deepseek_v3", "deepseek_v32",
-        "gemma4_vision", "glm_moe_dsa", "gpt_oss", "hy_v4", "kimi_linear",
+        "gemma4_vision", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "hy_v4", "kimi_linear",
         "kosmos_2_5_vision_model", "longcat_flash", "mistral_large4_text", "muse_spark_text",
         "neomme", "neucodec", "openai_privacy_filter", "qwen2_5_omni_dit",
         "voxtral_realtime_encoder", "xcodec2", "youtu"), 64),
@@ -72,6 +72,16 @@ CLASS_HEAD_DIM = {
     **dict.fromkeys(("deepseek_v4",), 512),
     **dict.fromkeys(("musicflamingo",), 1280),
 }  # fmt: skip
+# Multi-head latent attention (DeepSeek-V2 and its kin): the class sets head_dim to the RoPE
+# part of a head, qk_rope_head_dim (its default: CLASS_HEAD_DIM), overriding a given head_dim
+# (ROPE_PART_HEAD_DIM) or only where the config gives none (ROPE_PART_HEAD_DIM_DEFAULT);
+# Mistral 4's default is the whole query-key head, qk_nope_head_dim + qk_rope_head_dim (class
+# defaults 64 + 64). tests/test_from_hf.py checks each against its transformers class
+ROPE_PART_HEAD_DIM = frozenset(("axk2", "bailing_hybrid", "deepseek_v2", "deepseek_v32",
+    "glm_moe_dsa", "hy_v4", "minicpm3", "mistral_large4_text"))  # fmt: skip
+ROPE_PART_HEAD_DIM_DEFAULT = frozenset(("axk1", "deepseek_v3", "glm4_moe_lite", "kimi_linear",
+    "youtu"))  # fmt: skip
+QK_HEAD_DIM_DEFAULT = {"mistral4": (64, 64)}
 WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 # Config classes with no maximum length at all (RecurrentGemma attends through a local
 # window and rotates any position): the size of posenc's table (pass max_len= for more)

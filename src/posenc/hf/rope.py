@@ -100,7 +100,9 @@ def from_hf(config, *, layer_type=None, pairing=None):
     if cfg.get("max_position_embeddings") is None:
         raise ValueError("config has no max_position_embeddings")
     max_pos = check_int("max_position_embeddings", cfg["max_position_embeddings"], minimum=1)
-    fraction = check_positive("partial_rotary_factor", read.partial_factor(cfg, params, model_type))
+    # a factor derived from head_dim (MiniMax-M2) uses the class's where the config has none
+    derived = read.partial_factor({**cfg, "head_dim": head_dim}, params, model_type)
+    fraction = check_positive("partial_rotary_factor", derived)
     rotary = int(head_dim * fraction)
     if rope_type != "proportional" and (rotary % 2 or not 2 <= rotary <= head_dim):
         raise ValueError(
