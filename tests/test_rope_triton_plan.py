@@ -1,0 +1,101 @@
+"""How the Triton RoPE launcher splits its work (``rope_triton.plan``), checked by hand.
+
+In process, no GPU and no compilation: block sizes, head groups, grid, warps and the byte
+model behind ``tools/triton_aot.py``'s ``bytes_issued`` -- q and k read and written once
+(the copy bound), plus one float32 ``[cos, sin]`` row read per head group, plus the int64
+positions when the kernel indexes the table itself. ``tests/test_rope_triton_aot.py``
+compiles the kernel for sm_80/sm_90 in a subprocess; this file is what mutation testing sees.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("triton")
+os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernel module is first imported
+
+import torch  # noqa: E402
+from expect import raises_exactly  # noqa: E402
+
+from posenc.torch.kernels import rope_triton  # noqa: E402
+
+
+def _new(x):
+    return torch.empty_like(x)
+
+
+def test_prefill_bytes_are_the_copy_bound_plus_one_table_read_per_head_group():
+    # (1, 32, 4096, 128) bf16, q and k new: 64 pairs -> block_h 64; 4096 // (2 * 64) = 32 rows
+    # a block; 8 heads a program -> 4 groups each; 32 * 2 * 64 // 256 = 16 -> 4 warps
+    x = torch.empty(1, 32, 4096, 128, dtype=torch.bfloat16)
+    cs = torch.empty(1, 1, 4096, 64, 2)
+    plan = rope_triton.plan([(x, cs, _new(x)), (x, cs, _new(x))])
+    copy = 2 * (2 * 32 * 4096 * 128 * 2)
+    assert plan.copy_bound == copy
+    assert plan.bytes_issued == copy + 2 * 4 * 4096 * 64 * 2 * 4
+    assert plan.grid == (128, 8, 1) and plan.heads_per == 8 and plan.groups == (4, 4)
+    assert (plan.block_s, plan.block_h, plan.warps) == (32, 64, 4)
+
+
+def test_a_decode_row_takes_one_warp_and_a_block_of_one_row():
+    # (1, 8, 1, 64) float32: 32 pairs; one row -> block_s 1; 1 * 2 * 32 // 256 = 0 -> 1 warp
+    x = torch.empty(1, 8, 1, 64)
+    plan = rope_triton.plan([(x, torch.empty(1, 1, 1, 32, 2), _new(x))])
+    assert (plan.grid, plan.block_s, plan.block_h, plan.heads_per) == ((1, 1, 1), 1, 32, 8)
+    assert plan.warps == 1 and plan.groups == (1,)
+    assert plan.copy_bound == 2 * 8 * 64 * 4  # 4096
+    assert plan.bytes_issued == 4096 + 2 * 32 * 4  # one group's row of 32 float32 pairs
+
+
+def test_eight_rows_of_four_heads_take_two_warps():
+    # (1, 4, 8, 64) float32: block_s 8, block_h 32 -> 8 * 2 * 32 // 256 = 2 warps
+    x = torch.empty(1, 4, 8, 64)
+    plan = rope_triton.plan([(x, torch.empty(1, 1, 8, 32, 2), _new(x))])
+    assert (plan.block_s, plan.block_h, plan.heads_per, plan.warps) == (8, 32, 4, 2)
+    assert plan.copy_bound == 2 * 4 * 8 * 64 * 4  # 16384
+    assert plan.bytes_issued == 16384 + 8 * 2 * 32 * 4  # + 2048
+
+
+def test_in_place_partial_rotary_moves_only_the_rotated_part():
+    # (2, 4, 8, 64) float16 rotated in place over 32 dims: the tail stays put, unread
+    x = torch.empty(2, 4, 8, 64, dtype=torch.float16)
+    plan = rope_triton.plan([(x, torch.empty(1, 1, 8, 16, 2), x)])
+    assert (plan.grid, plan.block_s, plan.block_h, plan.warps) == ((1, 1, 2), 8, 16, 1)
+    assert plan.copy_bound == 2 * 2 * 4 * 8 * 32 * 2  # 8192
+    assert plan.bytes_issued == 8192 + 2 * 8 * 2 * 16 * 4  # + 2048
+    new = rope_triton.plan([(x, torch.empty(1, 1, 8, 16, 2), _new(x))])
+    assert new.copy_bound == 2 * 2 * 4 * 8 * 64 * 2  # a new output: the whole head
+
+
+def test_grouped_query_heads_and_an_indexed_table_add_their_groups_and_positions():
+    # q (2, 16, 5, 32) and k (2, 2, 5, 32) bf16 indexing a (100, 16, 2) table by position:
+    # 8 heads a program -> q 2 groups, k 1; each group reads its rows and its int64 positions
+    q = torch.empty(2, 16, 5, 32, dtype=torch.bfloat16)
+    k = torch.empty(2, 2, 5, 32, dtype=torch.bfloat16)
+    cs = (torch.empty(100, 16, 2), torch.zeros(2, 5, dtype=torch.long))
+    plan = rope_triton.plan([(q, cs, _new(q)), (k, cs, _new(k))])
+    assert (plan.grid, plan.groups, plan.heads_per, plan.block_s) == ((1, 3, 2), (2, 1), 8, 8)
+    copy = 2 * 2 * 16 * 5 * 32 * 2 + 2 * 2 * 2 * 5 * 32 * 2  # 20480 + 2560
+    assert plan.copy_bound == copy
+    table = 2 * 5 * (2 + 1) * 2 * 16 * 4  # 3840
+    positions = 2 * 5 * (2 + 1) * 8  # 240
+    assert plan.bytes_issued == copy + table + positions
+
+
+def test_the_kernel_reads_the_callers_rows_without_a_copy_unless_it_must():
+    x4 = torch.empty(2, 4, 6, 16)
+    cs = torch.randn(1, 1, 6, 8, 2)  # contiguous: read where it is
+    rows, pos = rope_triton._table(x4, cs)
+    assert pos is None and rows.data_ptr() == cs.data_ptr() and rows.shape == (2, 6, 8, 2)
+    shared = torch.randn(8, 2).expand(1, 1, 6, 8, 2)  # one row for every position: not
+    rows, _ = rope_triton._table(x4, shared)  # contiguous, yet each row is one block
+    assert rows.data_ptr() == shared.data_ptr() and rows.stride() == (0, 0, 2, 1)
+    strided = torch.randn(1, 1, 6, 2, 8).transpose(-1, -2)  # pairs not adjacent: copied
+    rows, _ = rope_triton._table(x4, strided)
+    assert rows.data_ptr() != strided.data_ptr() and torch.equal(rows[0], strided[0, 0])
+    assert rows.stride()[-2:] == (2, 1)
+    per_head = torch.randn(1, 4, 6, 8, 2)
+    with raises_exactly("the [cos, sin] rows must be shared by the heads, got (1, 4, 6, 8, 2)"):
+        rope_triton._table(x4, per_head)
