@@ -234,12 +234,17 @@ def test_decoding_continues_after_the_last_real_document():
     real = torch.tensor([[True, True, True, False, False], [True, False, False, False, False]])
     nxt, last = after_last_document(pos, docs, real)
     assert nxt.tolist() == [[3], [1]] and last.tolist() == [[0], [0]]
-    # a row of padding only continues nothing: next position 0
-    nxt, _ = after_last_document(pos, docs, torch.zeros(2, 5, dtype=torch.bool))
-    assert nxt.tolist() == [[0], [0]]
+    # a row of padding only continues nothing: next position 0, in the row's last document
+    nxt, last = after_last_document(pos, docs, torch.zeros(2, 5, dtype=torch.bool))
+    assert nxt.tolist() == [[0], [0]] and last.tolist() == [[1], [1]]
+    padded = torch.tensor([[False] * 5, [True, True, False, False, False]])  # one row only
+    nxt, last = after_last_document(pos, torch.tensor([[0, 0, 1, 2, 3], [0, 1, 1, 1, 1]]), padded)
+    assert nxt.tolist() == [[0], [1]] and last.tolist() == [[3], [1]]
     # a range shared by the batch, starting past 0; positions (1, n) broadcast over rows
     nxt, last = after_last_document(range(5, 10), torch.zeros(2, 5, dtype=torch.long))
     assert nxt.tolist() == [[10], [10]] and last.tolist() == [[0], [0]]
+    nxt, last = after_last_document(range(5, 8), torch.tensor([[0, 1, 1]]))
+    assert nxt.tolist() == [[8]] and last.tolist() == [[1]]
     nxt, _ = after_last_document(pos[:1], docs)  # row 1: positions 1, 2, 0, 1 in document 1
     assert nxt.tolist() == [[2], [3]]
     # grid coordinates (batch, n, axes): one past the largest coordinate of the document
