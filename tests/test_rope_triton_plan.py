@@ -99,3 +99,58 @@ def test_the_kernel_reads_the_callers_rows_without_a_copy_unless_it_must():
     per_head = torch.randn(1, 4, 6, 8, 2)
     with raises_exactly("the [cos, sin] rows must be shared by the heads, got (1, 4, 6, 8, 2)"):
         rope_triton._table(x4, per_head)
+
+
+class _Spy:
+    """Stands in for the kernel: records each launch's grid and arguments, then runs it."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+            return self.real[grid](*args, **kwargs)
+
+        return run
+
+
+def _launched(monkeypatch, pairs, interleaved=False):
+    spy = _Spy(rope_triton._rope_fwd)
+    monkeypatch.setattr(rope_triton, "_rope_fwd", spy)
+    rope_triton.launch(pairs, interleaved)
+    (grid, args, kwargs), = spy.calls  # fmt: skip
+    return grid, args, kwargs
+
+
+@pytest.mark.parametrize(
+    ("width", "inplace", "tail"),
+    [(8, False, 0), (12, False, 4), (12, True, 0)],  # in place, the tail stays put: no copy
+    ids=["whole head", "partial, new out", "partial, in place"],
+)
+def test_one_tensor_launches_its_plan_with_an_empty_second_slot(monkeypatch, width, inplace, tail):
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 3, width)
+    cs = torch.randn(1, 1, 3, 4, 2)  # 4 pairs: 8 rotated dims
+    out = x if inplace else torch.empty_like(x)
+    plan = rope_triton.plan([(x, cs, out)])
+    grid, args, kw = _launched(monkeypatch, [(x, cs, out)])
+    assert grid == plan.grid
+    assert args[3] is args[2]  # gathered rows: the positions' pointer is the table's, unused
+    assert args[4:8] == args[0:4] and args[20:32] == args[8:20]  # k's slots repeat q's
+    assert args[18:20] == (0, 0)  # no positions: no position strides
+    assert args[32:37] == (2, 0, plan.groups[0], 3, 0)  # q heads, k heads, q groups, seqs
+    assert kw["TAIL"] == tail and kw["BLOCK_T"] == max(1, tail) and kw["HALF"] == 4
+    assert kw["Q_INDEXED"] is kw["K_INDEXED"] is False
+    assert (kw["BLOCK_S"], kw["BLOCK_H"], kw["HEADS_PER"]) == (plan.block_s, plan.block_h,
+                                                               plan.heads_per)  # fmt: skip
+    assert kw["num_warps"] == plan.warps and kw["enable_fp_fusion"] is False  # no FMA
+
+
+def test_an_indexed_table_passes_its_positions_and_their_strides(monkeypatch):
+    x = torch.randn(2, 2, 3, 8)
+    table, pos = torch.randn(10, 4, 2), torch.tensor([[4, 5, 6]])
+    grid, args, kw = _launched(monkeypatch, [(x, (table, pos), torch.empty_like(x))])
+    assert args[3] is not args[2] and args[3].tolist() == [[4, 5, 6], [4, 5, 6]]
+    assert args[16:18] == (0, 8) and args[18:20] == (0, 1)  # table rows; positions (b, s)
+    assert kw["Q_INDEXED"] is kw["K_INDEXED"] is True
