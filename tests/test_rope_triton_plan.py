@@ -154,3 +154,20 @@ def test_an_indexed_table_passes_its_positions_and_their_strides(monkeypatch):
     assert args[3] is not args[2] and args[3].tolist() == [[4, 5, 6], [4, 5, 6]]
     assert args[16:18] == (0, 8) and args[18:20] == (0, 1)  # table rows; positions (b, s)
     assert kw["Q_INDEXED"] is kw["K_INDEXED"] is True
+
+
+def test_q_indexed_and_k_gathered_share_a_launch_each_with_its_own_flag(monkeypatch):
+    torch.manual_seed(1)
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 1, 3, 8)
+    table, pos = torch.randn(10, 4, 2), torch.tensor([[4, 5, 6]])
+    rows = table[pos]  # (1, 3, 4, 2): the same rows, gathered
+    _, _, kw = _launched(monkeypatch, [(q, (table, pos), torch.empty_like(q)),
+                                       (k, rows, torch.empty_like(k))])  # fmt: skip
+    assert (kw["Q_INDEXED"], kw["K_INDEXED"]) == (True, False)
+    monkeypatch.undo()
+    qo, ko = rope_triton.launch([(q, (table, pos), torch.empty_like(q)),
+                                 (k, rows, torch.empty_like(k))], False)  # fmt: skip
+    want_q, want_k = (rope_triton.launch([(t, rows, torch.empty_like(t))], False)[0]
+                      for t in (q, k))  # fmt: skip
+    torch.testing.assert_close(qo, want_q, rtol=0, atol=0)
+    torch.testing.assert_close(ko, want_k, rtol=0, atol=0)
