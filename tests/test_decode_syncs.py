@@ -125,6 +125,18 @@ def test_a_length_dependent_scaling_decodes_without_reading_back(static, monkeyp
             assert sum(dense) == 0 and reads == [], reads
 
 
+def test_a_length_dependent_table_over_a_range_reads_nothing_back(monkeypatch):
+    # the length of a range is known on the host: the table op is told it, not left to read
+    rope = RotaryEmbedding(8, scaling=DynamicNTK(2.0, 4), max_len=32)
+    q = torch.randn(1, 1, 10, 8)
+    reads = _counted(monkeypatch)
+    with profile() as prof:
+        rope(q, q)
+        rope.table(range(3), length_from=range(10))
+    dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]
+    assert sum(dense) == 0 and reads == [], reads
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("name", ["rope", "alibi", "mrope", "sinusoidal", "pope"])
 def test_a_compiled_decode_step_reads_nothing_but_in_the_checking_op(name, monkeypatch):
