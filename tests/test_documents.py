@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from expect import raises_exactly
 
 from posenc.torch import (
     FIRE,
@@ -289,3 +290,37 @@ def test_vmapped_positions_are_checked_against_documents_as_eager_ones_are():
         why = f"positions at a document start must be < 1, got {value}"
         with pytest.raises(ValueError, match=f"^{why}$"):
             torch.func.vmap(run)(sets)
+
+
+def test_document_ids_are_checked_with_the_first_decrease_named():
+    from posenc.torch.documents import check_documents
+
+    for docs, row, where in [([[0, 0, 1, 0]], 0, "from 1 to 0 at index 3"),
+                             ([[1, 0]], 0, "from 1 to 0 at index 1"),
+                             ([[0, 1], [2, 1]], 1, "from 2 to 1 at index 1")]:  # fmt: skip
+        with raises_exactly(f"documents must not decrease along a row: row {row} goes {where}"):
+            check_documents(torch.tensor(docs), len(docs), len(docs[0]))
+    assert check_documents(torch.tensor([[5]], dtype=torch.int32), 1, 1).dtype == torch.long
+    for bad, got in [([[0, 1]], "[[0, 1]]"), (torch.zeros(1, 3, dtype=torch.long), "(1, 3)")]:
+        with raises_exactly(f"documents must be an int64 tensor of shape (1, 2), got {got}"):
+            check_documents(bad, 1, 2)
+    for dtype in (torch.float32, torch.bool):
+        with raises_exactly(f"documents must hold integer ids, got dtype {dtype}"):
+            check_documents(torch.zeros(1, 2, dtype=dtype), 1, 2)
+
+
+def test_vmapped_documents_are_checked_and_kept_as_eager_ones_are():
+    # under vmap the ids are out of Python's reach: the check is an op they are rebuilt from
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, dtype=torch.float64) for _ in range(3))
+    enc = RotaryEmbedding(8, max_len=16)
+
+    def run(docs):
+        return attend(q, k, v, enc, documents=docs)
+
+    sets = torch.tensor([[[0, 0, 1, 1, 1]], [[3, 3, 3, 7, 7]]])  # (sets, 1, seq)
+    got = torch.func.vmap(run)(sets)
+    torch.testing.assert_close(got, torch.stack([run(d) for d in sets]), rtol=0, atol=1e-12)
+    why = "document id steps must be non-negative, got -1; documents must not decrease along a row"
+    with raises_exactly(why):
+        torch.func.vmap(run)(torch.tensor([[[0, 0, 1, 1, 1]], [[0, 1, 0, 0, 0]]]))

@@ -102,7 +102,7 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
                        order)  # fmt: skip
     if allowed is None:
         return bias.to(dtype), False
-    hidden = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
+    hidden = torch.zeros_like(allowed, dtype=dtype).masked_fill_(
         ~allowed, float("-inf")
     )  # 0 where visible, -inf where hidden (exact in any dtype): (b|1, 1, sq, sk), small
     if bias is None:
