@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from expect import raises_exactly
 
 import posenc
 from posenc.scaling import DynamicNTK, Linear, LongRoPE, Proportional, YaRN, from_hf
@@ -648,12 +649,25 @@ def test_latent_attention_head_dim_is_that_of_hf_config_classes():
     assert {"deepseek_v2", "deepseek_v3", "kimi_linear", "mistral4", "minicpm3"} <= set(types)
     variants = [{}, {"head_dim": 128}, {"qk_rope_head_dim": 16},
                 {"qk_rope_head_dim": 32, "qk_nope_head_dim": 64},
+                {"qk_rope_head_dim": 32, "qk_nope_head_dim": 96},
                 {"qk_rope_head_dim": 32, "qk_nope_head_dim": 96, "head_dim": 128}]  # fmt: skip
     for model_type in types:
         for keys in variants:
             cfg = {"hidden_size": 1200, "num_attention_heads": 12, **keys}
             want = CONFIG_MAPPING[model_type](**cfg).head_dim
             assert _hf.head_dim({"model_type": model_type, **cfg}) == want, (model_type, keys)
+
+
+def test_latent_attention_head_dims_are_checked_by_name():
+    from posenc.hf import config as _hf
+
+    for model_type, key in [("deepseek_v2", "qk_rope_head_dim"), ("mistral4", "qk_nope_head_dim"),
+                            ("mistral4", "qk_rope_head_dim")]:  # fmt: skip
+        with raises_exactly(f"{key} must be >= 1, got 0"):
+            _hf.head_dim({"model_type": model_type, key: 0})
+    assert _hf.head_dim({"model_type": "deepseek_v2", "qk_rope_head_dim": 1}) == 1
+    assert _hf.head_dim({"model_type": "mistral4", "qk_nope_head_dim": 1}) == 1 + 64
+    assert _hf.head_dim({"model_type": "mistral4", "qk_rope_head_dim": 1}) == 64 + 1
 
 
 def test_a_derived_partial_factor_uses_the_class_head_dim_where_the_config_has_none():
