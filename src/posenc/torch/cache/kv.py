@@ -15,14 +15,9 @@ from __future__ import annotations
 import torch
 
 from posenc._checks import check_int
+from posenc.torch import position_values as pv
 from posenc.torch.documents import after_last_document
-from posenc.torch.position_values import (
-    carry_bounds,
-    joined,
-    known_bounds,
-    max_position,
-    remember_bounds,
-)
+from posenc.torch.position_values import carry_bounds, joined, known_bounds, remember_bounds
 from posenc.torch.positions import position_arg
 
 __all__ = ["KVCache"]
@@ -77,7 +72,6 @@ class KVCache:
 
     Examples
     --------
-    >>> import torch
     >>> from posenc.torch import KVCache
     >>> cache = KVCache(layers=2, batch=1, max_len=8, kv_heads=2, key_dim=4, value_dim=4)
     >>> cache.keys[0].shape, len(cache)
@@ -253,8 +247,7 @@ class KVCache:
             self.packed = True
             real = self.valid[:, start:stop]  # (batch, n): padding continues no document
             nxt, self.last_document = after_last_document(q_pos, documents, real)
-            # read once here (the prefill reads the documents anyway), not at every decode step
-            self._pending = (saved, nxt, max_position(nxt))
+            self._pending = (saved, nxt, pv.max_position(nxt))  # read once, not at each step
         elif self.packed:  # the new tokens continue each row's last real document
             self.documents[:, start:stop] = self.last_document
         if self.packed:
