@@ -59,8 +59,23 @@ def _step(lm, step, monkeypatch):
         reads = _counted(monkeypatch)
         with profile() as prof:
             step(logits[:, -1:].argmax(-1), cache=cache)
-    dense = sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
-    return dense, reads
+    return _dense(prof), reads
+
+
+def _dense(prof):
+    """How often the profiled code ran ``aten::_local_scalar_dense`` (a read the host waits on)."""
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+
+
+def _decode_reads_nothing(lm, cache, monkeypatch, **prefill):
+    """Prefill two rows as ``prefill`` says, then three decode steps: none reads anything back."""
+    with torch.no_grad():
+        logits = lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache, **prefill)
+        reads = _counted(monkeypatch)
+        for _ in range(3):
+            with profile() as prof:
+                logits = lm(logits[:, -1:].argmax(-1), cache=cache)
+            assert _dense(prof) == 0 and reads == [], reads
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -98,15 +113,7 @@ def test_decode_steps_after_any_prefill_read_nothing_back(name, prefill, static,
     if static and prefill == "documents":
         pytest.skip("a StaticKVCache refuses documents")
     lm = _lm(name)
-    cache = lm.new_cache(2, 16, static=static)
-    with torch.no_grad():
-        logits = lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache, **_PREFILLS[prefill])
-        reads = _counted(monkeypatch)
-        for _ in range(3):
-            with profile() as prof:
-                logits = lm(logits[:, -1:].argmax(-1), cache=cache)
-            dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]
-            assert sum(dense) == 0 and reads == [], reads
+    _decode_reads_nothing(lm, lm.new_cache(2, 16, static=static), monkeypatch, **_PREFILLS[prefill])
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["KVCache", "StaticKVCache"])
@@ -114,15 +121,8 @@ def test_a_length_dependent_scaling_decodes_without_reading_back(static, monkeyp
     # dynamic NTK's rates follow the length (largest key position + 1): known on the host
     enc = RotaryEmbedding(D // HEADS, scaling=DynamicNTK(2.0, 4), max_len=32)
     lm = TransformerLM(11, D, 4, HEADS, encoding=enc, max_len=32).eval()
-    cache = lm.new_cache(2, 16, static=static)
-    with torch.no_grad():
-        logits = lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache)
-        reads = _counted(monkeypatch)
-        for _ in range(3):  # lengths 4, 5, 6: past the original 4
-            with profile() as prof:
-                logits = lm(logits[:, -1:].argmax(-1), cache=cache)
-            dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]
-            assert sum(dense) == 0 and reads == [], reads
+    # the three steps reach lengths 4, 5, 6: past the original 4
+    _decode_reads_nothing(lm, lm.new_cache(2, 16, static=static), monkeypatch)
 
 
 def test_a_length_dependent_table_over_a_range_reads_nothing_back(monkeypatch):
@@ -133,8 +133,7 @@ def test_a_length_dependent_table_over_a_range_reads_nothing_back(monkeypatch):
     with profile() as prof:
         rope(q, q)
         rope.table(range(3), length_from=range(10))
-    dense = [e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"]
-    assert sum(dense) == 0 and reads == [], reads
+    assert _dense(prof) == 0 and reads == [], reads
 
 
 @pytest.mark.compile
