@@ -18,7 +18,7 @@ from posenc.torch.encodings.checks import check_hook, check_pairing, check_qk
 from posenc.torch.encodings.qk.rope_dynamic import settings_key
 from posenc.torch.encodings.qk.rope_tables import RopeTables
 from posenc.torch.kernels import rotate_qk
-from posenc.torch.position_values import check_values, known_bounds, remember_bounds
+from posenc.torch.position_values import check_values, joined, known_bounds, remember_bounds
 from posenc.torch.positions import (
     position_arg,
     position_tensor,
@@ -168,9 +168,9 @@ class RotaryEmbedding(RopeTables):
             both = (q_positions, k_positions)
             length_from = torch.cat([position_tensor(p, q.device).flatten() for p in both])
             known = [known_bounds(p) for p in both]
-            if None not in known:  # the largest is known on the host: nothing to read back
-                lo, hi = min(b[0] for b in known), max(b[1] for b in known)
-                remember_bounds(length_from, lo, hi)
+            hi = joined(*known)  # the largest, where the host knows it: nothing to read back
+            if hi is not None:
+                remember_bounds(length_from, min(b[0] for b in known), hi)
         cs = self._rows(q_positions, q.dtype, length_from, q.device)  # (b|1, 1, sq, r/2, 2)
         cs_k = cs
         if not same:
