@@ -211,6 +211,21 @@ def test_apply_rope_table_is_float32_for_float32_input():
     torch.testing.assert_close(got[0, 0, 0], torch.stack([c, s]), rtol=0, atol=0)
 
 
+def test_a_users_fixed_scaling_rotates_like_the_builtin_with_the_same_rates():
+    # _Opaque(2) halves every rate, as Linear(2) does; it takes the other branch of apply_rope
+    # (its rates computed once, not a table keyed by settings) and must give the same bits:
+    # a float32 table for float32 input, and only the first rotary_dim dims rotated.
+    x = torch.randn(2, 3, 40, 8, generator=torch.Generator().manual_seed(0))
+    for rotary_dim in (None, 4):
+        kw = dict(base=100.0, rotary_dim=rotary_dim)
+        got = apply_rope(x, scaling=_Opaque(2.0), **kw)
+        torch.testing.assert_close(
+            got, apply_rope(x, scaling=posenc.scaling.Linear(2.0), **kw), rtol=0, atol=0
+        )
+        want = _rope_ref(x, range(40), scaling=_Opaque(2.0), **kw)
+        np.testing.assert_allclose(got.double().numpy(), want, rtol=0, atol=1e-5)
+
+
 # -- lazily grown table ------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ import pytest
 from expect import raises_exactly
 
 import posenc
-from posenc.scaling import Scaling
+from posenc.scaling import DynamicNTK, Scaling
 
 
 def _zeta(r):
@@ -100,6 +100,29 @@ def test_rope_accepts_integral_float_positions_in_1d():
     np.testing.assert_array_equal(posenc.rope(x, [0.0, 2.0]), posenc.rope(x, [0, 2]))
     with raises_exactly("positions must be non-negative, got -1"):
         posenc.rope(x, [-1, 0])
+
+
+def test_rope_computes_in_float64_whatever_the_input_dtype():
+    # float32 and int inputs are converted first: the result is the float64 rotation, not one
+    # rounded to (or truncated in) the input's dtype. Checked against the plain-Python loop.
+    x32 = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    got = posenc.rope(x32, [0, 1, 5], base=100.0)
+    assert got.dtype == np.float64
+    want = _rope_half(x32.astype(np.float64), [0, 1, 5], 100.0, 4)  # exact widening
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    ints = posenc.rope(np.array([[1, 0]]), [1])  # (seq=1, head_dim=2): (cos 1, sin 1)
+    np.testing.assert_array_equal(ints, [[math.cos(1.0), math.sin(1.0)]])
+
+
+def test_rope_names_x_of_one_axis():
+    with raises_exactly("x must have shape (..., seq, head_dim), got (4,)"):
+        posenc.rope(np.ones(4), [0])
+
+
+def test_rope_of_an_empty_sequence_is_empty_also_for_a_length_dependent_scaling():
+    # no positions: no maximum to read; the length is taken as 0 (seq_len not given)
+    got = posenc.rope(np.zeros((2, 0, 4)), np.zeros((2, 0), int), scaling=DynamicNTK(2.0, 4))
+    assert got.shape == (2, 0, 4) and got.dtype == np.float64
 
 
 # -- xpos_decay against Sun et al. -------------------------------------------------------------

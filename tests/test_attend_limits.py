@@ -1,0 +1,88 @@
+"""``attend``'s window, chunk and documents each hide keys from a query; checked against a
+float64 softmax written out with NumPy, the mask built by hand from the docstring's words:
+
+* ``window=w``: query slot ``i`` sees key slots ``j`` with ``0 <= i - j < w``;
+* ``chunk=c``: query slot ``i`` sees key slots ``j <= i`` with ``i // c == j // c``;
+* ``documents``: a packed row gives each document what it gets alone (RoPE's positions
+  restart at every document, ALiBi's distances too).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from expect import raises_exactly
+
+from posenc.torch import ALiBi, RotaryEmbedding, attend
+
+B, H, S, D = 2, 2, 9, 8
+
+
+def _qkv(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, S, D, generator=g, dtype=torch.float64) for _ in range(3)]
+
+
+def _softmax_attention(q, k, v, visible):
+    """Plain float64 attention without position: ``visible[i, j]`` says who sees whom."""
+    q, k, v = (t.numpy() for t in (q, k, v))
+    scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (batch, heads, seq, seq)
+    scores = np.where(visible, scores, -np.inf)
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v  # (batch, heads, seq, D)
+
+
+def _visible(rule):
+    return np.array([[rule(i, j) for j in range(S)] for i in range(S)])
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, S, S + 4])
+def test_a_window_shows_each_query_its_last_window_keys(window):
+    q, k, v = _qkv()
+    got = attend(q, k, v, window=window)
+    want = _softmax_attention(q, k, v, _visible(lambda i, j: 0 <= i - j < window))
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 4, S])
+def test_a_chunk_shows_each_query_the_earlier_keys_of_its_chunk(chunk):
+    q, k, v = _qkv(1)
+    got = attend(q, k, v, chunk=chunk)
+    want = _softmax_attention(q, k, v, _visible(lambda i, j: j <= i and i // chunk == j // chunk))
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_a_window_inside_chunks_applies_both():
+    q, k, v = _qkv(2)
+    got = attend(q, k, v, window=2, chunk=4)
+    want = _softmax_attention(q, k, v, _visible(lambda i, j: 0 <= i - j < 2 and i // 4 == j // 4))
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_window_and_chunk_are_refused_by_name():
+    q, k, v = _qkv()
+    for name, bad in [("window", 0), ("window", 2.0), ("chunk", True), ("chunk", -3)]:
+        with raises_exactly(f"{name} must be None or an int >= 1, got {bad!r}"):
+            attend(q, k, v, **{name: bad})
+
+
+@pytest.mark.parametrize("encoding", [None, RotaryEmbedding(D, max_len=16), ALiBi(H)])
+def test_packed_documents_attend_as_each_document_alone(encoding):
+    q, k, v = _qkv(3)
+    docs = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1, 1, 1, 1]])
+    got = attend(q, k, v, encoding, documents=docs)
+    want = torch.zeros_like(got)
+    for b in range(B):
+        for d in docs[b].unique():
+            at = (docs[b] == d).nonzero().flatten()
+            one = [t[b : b + 1, :, at] for t in (q, k, v)]  # the document alone, from 0
+            want[b, :, at] = attend(*one, encoding)[0]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert (attend(q, k, v, encoding) - want).abs().amax() > 1e-3  # the test can tell
+
+
+def test_documents_are_refused_for_cross_attention_with_both_lengths():
+    q, k, v = _qkv()
+    with raises_exactly("documents needs self-attention (seq_q == seq_k), got 3 and 9"):
+        attend(q[:, :, :3], k, v, documents=torch.zeros(B, S, dtype=torch.long))
