@@ -303,9 +303,11 @@ def test_chunk_after_per_row_positions_continues_each_row():
 def test_kv_cache_arguments_and_stored_shapes():
     from posenc.torch import KVCache
 
-    ok = dict(layers=1, batch=1, max_len=1, kv_heads=1, key_dim=1, value_dim=1)
+    ok = dict(layers=1, batch=1, max_len=1, kv_heads=1, key_dim=1, value_dim=1, position_axes=1)
     cache = KVCache(**ok)  # every size may be 1
     assert cache.keys[0].shape == (1, 1, 1, 1)
+    assert cache.positions.shape == (1, 1) and cache.positions.dtype == torch.long
+    assert cache.documents.shape == (1, 1) and cache.documents.dtype == torch.long
     for name in ok:
         with pytest.raises(ValueError, match=rf"^{name} must be >= 1, got 0"):
             KVCache(**{**ok, name: 0})

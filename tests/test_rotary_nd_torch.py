@@ -307,3 +307,26 @@ def test_integer_queries_and_keys_are_refused(name):
     q = torch.ones(1, 2, pos.shape[1], HD, dtype=torch.int64)
     with pytest.raises(ValueError, match="q must be a floating-point tensor, got dtype"):
         enc.encode_qk(q, q, pos, pos)
+
+
+@pytest.mark.parametrize("cls", [KVCache, StaticKVCache])
+@pytest.mark.parametrize("axes", [2, 3])
+def test_a_cache_with_position_axes_holds_the_grid_from_the_start(cls, axes):
+    # allocated once, (batch, max_len, axes): grid steps and 1-D steps (widened to (p, p, p))
+    # write into the same buffer, never a new one (a static cache's addresses stay put)
+    cache = cls(layers=1, batch=2, max_len=13, kv_heads=KV, key_dim=HD, value_dim=HD,
+                dtype=torch.float64, position_axes=axes)  # fmt: skip
+    assert cache.positions.shape == (2, 13, axes) and cache.positions.dtype == torch.long
+    if axes != 3:
+        return
+    buffer = cache.positions.data_ptr()
+    attn = _mha(MRoPE(HD, sections=SECTIONS, max_len=32))
+    pos = _mrope_pos()
+    x = torch.randn(2, 13, DIM, generator=_gen(9), dtype=torch.float64)
+    outs = [attn(x[:, :3], cache=cache), attn(x[:, 3:9], pos[:, 3:9], cache=cache)]
+    outs.append(attn(x[:, 9:], cache=cache))  # text again, continuing at 6
+    torch.testing.assert_close(torch.cat(outs, 1), attn(x, pos), rtol=1e-10, atol=1e-10)
+    assert cache.positions.data_ptr() == buffer
+    torch.testing.assert_close(
+        cache.positions[:, :3], torch.arange(3)[None, :, None].expand(2, 3, 3)
+    )
