@@ -203,6 +203,44 @@ def test_length_dependent_scaling_each_step_equals_full_forward_of_its_prefix():
         assert (plain.double()(idx)[:, -1] - cached[:, -1]).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_length_dependent_scaling_after_a_padded_prefill_continues_each_row(static):
+    # once padding was given the cache continues each row after its own largest position
+    # (a tensor, no longer a range); the length dynamic NTK reads (largest position + 1)
+    # must be the one the full forward of the prefix reads
+    torch.manual_seed(0)
+    enc = RotaryEmbedding(HD, scaling=DynamicNTK(2.0, 8), max_len=MAX)
+    lm = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=enc).double().eval()
+    idx = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        cache = lm.new_cache(2, 12, static=static)
+        got = [lm(idx[:, :5], None, LEFT_PAD[:, :5], cache=cache)[:, -1]]
+        got += [lm(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(5, 12)]
+        for t in range(4, 12):  # each step: the full forward of its prefix
+            want = lm(idx[:, : t + 1], None, LEFT_PAD[:, : t + 1])[:, -1]
+            torch.testing.assert_close(got[t - 4], want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_an_empty_step_stores_nothing_and_moves_no_position(static, padded):
+    # zero new tokens, with positions left to the cache or given as an empty range far
+    # ahead: nothing is stored, the next position stays, the next token is the full forward's
+    torch.manual_seed(0)
+    lm = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=RotaryEmbedding(HD)).double()
+    idx = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(4))
+    pad = LEFT_PAD[:, 3:9] if padded else None  # row 0 starts with 2 pad tokens
+    with torch.no_grad():
+        cache = lm.new_cache(2, 8, static=static)
+        lm(idx[:, :5], None, None if pad is None else pad[:, :5], cache=cache)
+        before = cache.next_position.clone()
+        for positions in (None, range(9, 9)):
+            assert lm(idx[:, 5:5], positions, cache=cache).shape == (2, 0, V)
+            assert len(cache) == 5 and torch.equal(cache.next_position, before)
+        got = lm(idx[:, 5:], cache=cache)[:, -1]
+        torch.testing.assert_close(got, lm(idx, None, pad)[:, -1], rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", ["rope_half", "score_bias", "sinusoidal"])
 def test_generate_same_tokens_with_and_without_cache(name):
     lm = make_lm(name, seed=3)
