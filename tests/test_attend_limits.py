@@ -3,6 +3,7 @@ float64 softmax written out with NumPy, the mask built by hand from the docstrin
 
 * ``window=w``: query slot ``i`` sees key slots ``j`` with ``0 <= i - j < w``;
 * ``chunk=c``: query slot ``i`` sees key slots ``j <= i`` with ``i // c == j // c``;
+* the same hidden keys through FlexAttention's block mask as through SDPA's float mask;
 * ``documents``: a packed row gives each document what it gets alone (RoPE's positions
   restart at every document, ALiBi's distances too).
 """
@@ -58,6 +59,24 @@ def test_a_window_inside_chunks_applies_both():
     got = attend(q, k, v, window=2, chunk=4)
     want = _softmax_attention(q, k, v, _visible(lambda i, j: 0 <= i - j < 2 and i // 4 == j // 4))
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_flex_attention_hides_the_same_keys():
+    # FlexAttention (float32: it refuses float64) builds its block mask from the same rule;
+    # with documents it takes its general mask (without, a cached causal one)
+    q, k, v = (t.float() for t in _qkv(4))
+    docs = torch.tensor([[0] * 5 + [1] * 4] * B)  # slots 0-4, then 5-8
+
+    def limits(i, j):
+        return 0 <= i - j < 2 and i // 4 == j // 4
+
+    for kw, rule in [
+        ({}, limits),
+        ({"documents": docs}, lambda i, j: limits(i, j) and (i < 5) == (j < 5)),
+    ]:
+        got = attend(q, k, v, window=2, chunk=4, backend="flex", **kw)
+        want = _softmax_attention(*(t.double() for t in (q, k, v)), _visible(rule))
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-5)
 
 
 def test_window_and_chunk_are_refused_by_name():
