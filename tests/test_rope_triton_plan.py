@@ -171,3 +171,23 @@ def test_q_indexed_and_k_gathered_share_a_launch_each_with_its_own_flag(monkeypa
                       for t in (q, k))  # fmt: skip
     torch.testing.assert_close(qo, want_q, rtol=0, atol=0)
     torch.testing.assert_close(ko, want_k, rtol=0, atol=0)
+
+
+def test_rotate_hands_the_kernel_the_table_and_positions_not_gathered_rows(monkeypatch):
+    # plain inference with tensor positions: the kernel indexes the table itself (no
+    # gathered copy), and rotates as the eager kernel does with the rows gathered
+    from posenc.torch.kernels import TableRows, cos_sin, rotate
+
+    table = cos_sin(torch.arange(16), torch.tensor([1.0, 0.1]), 1.0, torch.float32)  # (16, 2, 2)
+    pos = torch.tensor([[3, 1, 4], [1, 5, 9]])  # (batch, seq)
+    x = torch.randn(2, 2, 3, 4, generator=torch.Generator().manual_seed(0))
+    seen = []
+    real = rope_triton.launch
+    monkeypatch.setattr(
+        rope_triton, "launch", lambda pairs, *a: seen.append(pairs[0][1]) or real(pairs, *a)
+    )
+    got = rotate(x, TableRows(table, pos), "half", impl="triton")
+    (cs,) = seen
+    assert isinstance(cs, tuple) and cs[0] is table and torch.equal(cs[1], pos)
+    want = rotate(x, TableRows(table, pos), "half", impl="eager")
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
