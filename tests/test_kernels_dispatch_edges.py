@@ -364,6 +364,14 @@ def test_rows_per_head_refuse_a_forced_triton_and_fall_back_otherwise(monkeypatc
     torch.testing.assert_close(got.double(), _ref(x, "half"), rtol=0, atol=1e-5)
 
 
+def test_rotate_qk_checks_the_rows_of_q_and_of_k_for_a_forced_triton():
+    x = _x()  # (2, 3, SEQ, HD)
+    shared, per_head = _cs(), _cs()[None].expand(3, -1, -1, -1)
+    for cs_q, cs_k in [(per_head, shared), (shared, per_head)]:
+        with raises_exactly("impl='triton' needs [cos, sin] rows shared by the heads"):
+            kernels.rotate_qk(x, x, cs_q, cs_k, "half", impl="triton")
+
+
 def test_a_table_that_requires_grad_is_recorded_even_when_x_does_not():
     # gradients reach the [cos, sin] rows (a learned table, a model fitting the angles)
     x = _x(torch.float64)

@@ -11,7 +11,7 @@ import torch
 from expect import raises_exactly
 
 import posenc
-from posenc.torch import AxialRotaryEmbedding, MRoPE
+from posenc.torch import AxialRotaryEmbedding, MRoPE, RotaryEmbedding
 
 
 def _randn(*shape, seed, dtype=torch.float64):
@@ -178,6 +178,21 @@ def test_wrong_number_of_axes_refused_exactly():
         "or (batch, seq, n_axes=3) coordinates, got (1, 3, 2)"
     ):
         enc(q, q, two)
+
+
+def test_hooks_of_two_axes_and_of_one_refuse_coordinates_exactly():
+    # two axes given three coordinates: named (not read as a grid); one axis given a
+    # (batch, seq, 2) tensor: the 1-D hook's own message, it takes no coordinates at all
+    axial, q = AxialRotaryEmbedding(8, n_axes=2, max_len=16), torch.zeros(1, 2, 4, 8)
+    three = torch.zeros(1, 4, 3, dtype=torch.long)
+    with raises_exactly("q_positions must have n_axes=2 coordinates, got shape (1, 4, 3)"):
+        axial.encode_qk(q, q, three, three)
+    two = torch.zeros(1, 4, 2, dtype=torch.long)
+    with raises_exactly(
+        "q_positions must be a range of 4 or have shape (batch|1, seq) with batch 1 and seq 4, "
+        "got (1, 4, 2)"
+    ):
+        RotaryEmbedding(8).encode_qk(q, q, two, two)
 
 
 def test_forward_refuses_q_k_shapes_exactly():
