@@ -176,7 +176,7 @@ def test_q_indexed_and_k_gathered_share_a_launch_each_with_its_own_flag(monkeypa
 def test_rotate_hands_the_kernel_the_table_and_positions_not_gathered_rows(monkeypatch):
     # plain inference with tensor positions: the kernel indexes the table itself (no
     # gathered copy), and rotates as the eager kernel does with the rows gathered
-    from posenc.torch.kernels import TableRows, cos_sin, rotate
+    from posenc.torch.kernels import TableRows, cos_sin, rotate, rotate_qk
 
     table = cos_sin(torch.arange(16), torch.tensor([1.0, 0.1]), 1.0, torch.float32)  # (16, 2, 2)
     pos = torch.tensor([[3, 1, 4], [1, 5, 9]])  # (batch, seq)
@@ -184,10 +184,19 @@ def test_rotate_hands_the_kernel_the_table_and_positions_not_gathered_rows(monke
     seen = []
     real = rope_triton.launch
     monkeypatch.setattr(
-        rope_triton, "launch", lambda pairs, *a: seen.append(pairs[0][1]) or real(pairs, *a)
+        rope_triton,
+        "launch",
+        lambda pairs, *a: seen.append([p[1] for p in pairs]) or real(pairs, *a),
     )
-    got = rotate(x, TableRows(table, pos), "half", impl="triton")
-    (cs,) = seen
-    assert isinstance(cs, tuple) and cs[0] is table and torch.equal(cs[1], pos)
-    want = rotate(x, TableRows(table, pos), "half", impl="eager")
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    rows = TableRows(table, pos)
+    got = rotate(x, rows, "half", impl="triton")
+    got_q, got_k = rotate_qk(x, x.flip(1), rows, rows, "half", impl="triton")  # one launch
+    assert len(seen) == 2 and [len(s) for s in seen] == [1, 2]
+    for cs in seen[0] + seen[1]:
+        assert isinstance(cs, tuple) and cs[0] is table and torch.equal(cs[1], pos)
+    want = rotate(x, rows, "half", impl="eager")
+    for g in (got, got_q):
+        torch.testing.assert_close(g, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        got_k, rotate(x.flip(1), rows, "half", impl="eager"), rtol=1e-6, atol=1e-6
+    )
