@@ -3,6 +3,7 @@ float64 softmax written out with NumPy, the mask built by hand from the docstrin
 
 * ``window=w``: query slot ``i`` sees key slots ``j`` with ``0 <= i - j < w``;
 * ``chunk=c``: query slot ``i`` sees key slots ``j <= i`` with ``i // c == j // c``;
+* without causality, a window keeps ``j > i - w`` and documents still apply;
 * the same hidden keys through FlexAttention's block mask as through SDPA's float mask;
 * ``documents``: a packed row gives each document what it gets alone (RoPE's positions
   restart at every document, ALiBi's distances too).
@@ -59,6 +60,21 @@ def test_a_window_inside_chunks_applies_both():
     got = attend(q, k, v, window=2, chunk=4)
     want = _softmax_attention(q, k, v, _visible(lambda i, j: 0 <= i - j < 2 and i // 4 == j // 4))
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_without_causality_a_window_and_documents_still_hide_keys():
+    # causal=False: a window keeps the keys j > i - window (later keys included) and
+    # documents keep each query to its own; nothing else is hidden
+    q, k, v = _qkv(5)
+    got = attend(q, k, v, causal=False, window=3)
+    want = _softmax_attention(q, k, v, _visible(lambda i, j: j > i - 3))
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+    docs = torch.tensor([[0] * 4 + [1] * 5] * B)
+    got = attend(q, k, v, causal=False, documents=docs)
+    want = _softmax_attention(q, k, v, _visible(lambda i, j: (i < 4) == (j < 4)))
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+    everything = _softmax_attention(q, k, v, _visible(lambda i, j: True))
+    np.testing.assert_allclose(attend(q, k, v, causal=False).numpy(), everything, atol=1e-12)
 
 
 def test_flex_attention_hides_the_same_keys():
