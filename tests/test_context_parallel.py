@@ -119,3 +119,23 @@ def test_shards_and_work_by_hand():
                f"got seq={seq}, rank={rank}")  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(why)):
             shard_index(seq, rank, world)
+
+
+def test_a_sharded_forward_refuses_a_cache_or_a_padding_mask_each_alone():
+    # the guard in TransformerLM.forward (context is set only by context_parallel_forward)
+    lm = TransformerLM(V, D, 1, H, encoding=RotaryEmbedding(HD, max_len=32))
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    why = "context parallelism takes no cache and no padding_mask"
+    for kw in ({"cache": lm.new_cache(1, 4)}, {"padding_mask": torch.ones(1, 4, dtype=torch.bool)}):
+        with pytest.raises(ValueError, match=f"^{why}$"):
+            lm(idx, context=object(), **kw)
+
+
+def test_a_model_refuses_coordinates_of_the_wrong_width_by_its_encodings_axes():
+    lm = TransformerLM(V, 24, 1, H, encoding=MRoPE(12, sections=(2, 2, 2), max_len=32))
+    why = (
+        "positions must have shape (seq,) or (batch, seq) = (1, 4), or (batch, seq, n_axes=3) "
+        "coordinates, got (1, 4, 2)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+        lm(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, 2, dtype=torch.long))
