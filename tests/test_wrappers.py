@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+from expect import raises_exactly
 
 from posenc.torch import (
     ALiBi,
@@ -190,3 +191,18 @@ def test_a_wrapper_without_its_encoding_has_no_inner_attribute():
     bare = SoftmaxFactor.__new__(SoftmaxFactor)
     torch.nn.Module.__init__(bare)
     assert not hasattr(bare, "inner") and not hasattr(bare, "_hidden")
+
+
+def test_a_model_takes_exactly_one_of_encoding_and_schedule_and_names_a_wrong_one():
+    from posenc.torch import Layer, NoPE, Schedule, TransformerLM
+
+    for kw, got in [
+        ({}, "neither"),
+        ({"encoding": NoPE(), "schedule": Schedule([Layer(NoPE())])}, "both"),
+    ]:
+        with raises_exactly(f"give one of encoding= and schedule=, got {got}"):
+            TransformerLM(13, 8, 1, 2, **kw)
+    with raises_exactly("schedule must be a Schedule, got list"):
+        TransformerLM(13, 8, 1, 2, schedule=[Layer(NoPE())])
+    with raises_exactly("layers must hold at least one Layer, got none"):
+        Schedule([])
