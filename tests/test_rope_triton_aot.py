@@ -39,7 +39,11 @@ def compiled():
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     sys.path.insert(0, str(ROOT / "tools"))
-    import triton_aot
+    interpret = os.environ.get("TRITON_INTERPRET")
+    import triton_aot  # pops TRITON_INTERPRET (it compiles for the GPU): put it back
+
+    if interpret is not None:
+        os.environ["TRITON_INTERPRET"] = interpret
 
     rows = json.loads(run.stdout)
     return {(r["target"], r["variant"]): r for r in rows}, triton_aot.VARIANTS
