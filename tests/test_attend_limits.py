@@ -1,5 +1,5 @@
 """``attend``'s window, chunk and documents each hide keys from a query; checked against a
-float64 softmax written out with NumPy, the mask built by hand from the docstring's words:
+float64 NumPy oracle (``posenc.attention``), the mask built by hand from the docstring's words:
 
 * ``window=w``: query slot ``i`` sees key slots ``j`` with ``0 <= i - j < w``;
 * ``chunk=c``: query slot ``i`` sees key slots ``j <= i`` with ``i // c == j // c``;
@@ -16,6 +16,7 @@ import pytest
 import torch
 from expect import raises_exactly
 
+import posenc
 from posenc.torch import ALiBi, RotaryEmbedding, attend
 
 B, H, S, D = 2, 2, 9, 8
@@ -27,12 +28,9 @@ def _qkv(seed=0):
 
 
 def _softmax_attention(q, k, v, visible):
-    """Plain float64 attention without position: ``visible[i, j]`` says who sees whom."""
-    q, k, v = (t.numpy() for t in (q, k, v))
-    scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (batch, heads, seq, seq)
-    scores = np.where(visible, scores, -np.inf)
-    w = np.exp(scores - scores.max(-1, keepdims=True))
-    return (w / w.sum(-1, keepdims=True)) @ v  # (batch, heads, seq, D)
+    """The float64 NumPy oracle without position: ``visible[i, j]`` says who sees whom."""
+    out, _ = posenc.attention(*(t.numpy() for t in (q, k, v)), mask=visible)
+    return out  # (batch, heads, seq, D)
 
 
 def _visible(rule):
