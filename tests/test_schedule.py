@@ -243,6 +243,22 @@ def test_refusals_name_what_is_wrong():
         QueryTemperature(scale=0.1, floor=0)
 
 
+def test_schedule_refusals_name_the_offending_object():
+    rope = RotaryEmbedding(HD)
+    with pytest.raises(ValueError, match=r"^layers\[1\] must be a Layer, got RotaryEmbedding$"):
+        Schedule([Layer(rope), rope])
+    sinus = SinusoidalEncoding(DIM)
+    with pytest.raises(ValueError, match=r"^layers\[0\]\.encoding SinusoidalEncoding acts on"):
+        Schedule([Layer(sinus)])
+    with pytest.raises(ValueError, match=r"only, RotaryEmbedding acts at \('qk',\)$"):
+        Schedule([Layer(rope)], input=rope)
+    # RoPE reads one position axis, M-RoPE three: one schedule cannot feed both.
+    mrope = posenc.torch.MRoPE(HD, sections=(2, 3, 3))
+    with pytest.raises(ValueError, match=r"same number of position axes, got \[1, 3\]$"):
+        Schedule([Layer(rope), Layer(mrope)])
+    assert Schedule([Layer(mrope), Layer(None)]).layers[1].encoding is None
+
+
 def test_schedule_state_dict_round_trip_and_one_entry_per_shared_encoding():
     rope = RotaryEmbedding(HD)
     sched = Schedule([Layer(rope, window=4), Layer(rope), Layer(ALiBi(HEADS))])

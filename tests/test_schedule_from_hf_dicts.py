@@ -319,6 +319,17 @@ def test_per_type_parameters_without_layer_types():
     assert [r["base"] for r in _field(s, "rope")] == [1e6, 1e6]
     none = _cfg(layer_types=["full_attention"] * 2, rope_parameters={"full_attention": None})
     assert _field(schedule_from_hf(none), "rope") == [None, None]
+    # The types a class rule derives carry transformers' names, so per-type parameters
+    # keyed by them are found: Qwen2's rule and Llama 4's default chunked/full layers.
+    both = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
+    qwen = _cfg("qwen2", depth=3, sliding_window=8, use_sliding_window=True,
+                max_window_layers=1, rope_parameters=both)  # fmt: skip
+    assert [r["base"] for r in _field(schedule_from_hf(qwen), "rope")] == [1e6, 1e4, 1e4]
+    chunked = {"chunked_attention": {"rope_type": "default", "rope_theta": 5e5},
+               "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
+    llama4 = schedule_from_hf(_cfg("llama4_text", depth=4, rope_parameters=chunked))
+    assert [r and r["base"] for r in _field(llama4, "rope")] == [5e5, 5e5, 5e5, None]
 
 
 def test_llama4_keeps_given_layer_types():
