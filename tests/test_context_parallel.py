@@ -15,6 +15,7 @@ from posenc.torch import (
     ALiBi,
     MRoPE,
     PoPE,
+    PositionalEncoding,
     RotaryEmbedding,
     T5RelativeBias,
     TransformerLM,
@@ -100,6 +101,35 @@ def test_positions_given_as_a_range_keep_their_start(tmp_path):
             got = context_parallel_forward(lm, idx, positions=range(5, 13))
             want = lm(idx, range(5, 13))
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_length_dependent_rope_is_refused_and_qk_are_overwritten_only_outside_autograd(tmp_path):
+    # dynamic NTK re-rotates every key with each step's table; a rank sees only its keys
+    from posenc.scaling import DynamicNTK
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        rope = RotaryEmbedding(HD, scaling=DynamicNTK(2.0, 8), max_len=64)
+        lm = TransformerLM(V, D, 1, H, encoding=rope)
+        why = "RotaryEmbedding rotates keys by the whole length: it cannot run context-parallel"
+        with pytest.raises(ValueError, match=f"^{why}$"):
+            context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))
+
+        class Spy(PositionalEncoding):  # records whether q, k are handed over to overwrite
+            flags = []
+
+            def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
+                self.flags.append(inplace)
+                return q, k
+
+        lm = TransformerLM(V, D, 1, H, encoding=Spy())
+        context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # in the graph
+        with torch.no_grad():
+            context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # ours alone
+        assert Spy.flags == [False, True]
     finally:
         dist.destroy_process_group()
 

@@ -228,7 +228,9 @@ def test_refusals_name_what_is_wrong():
         TransformerLM(VOCAB, DIM, 1, HEADS, encoding=rope, schedule=Schedule([Layer(rope)]))
     with pytest.raises(ValueError, match="schedule must have depth=2 layers, got 1"):
         TransformerLM(VOCAB, DIM, 2, HEADS, schedule=Schedule([Layer(rope)]))
-    with pytest.raises(ValueError, match="key width, axes"):  # PoPE caches wider keys
+    why = (r"^every layer must cache keys of one width and positions of one number of axes, "
+           r"got \(key width, axes\) \[\(16, 1\), \(32, 1\)\]$")  # fmt: skip
+    with pytest.raises(ValueError, match=why):  # PoPE caches wider keys
         mixed = Schedule([Layer(PoPE(HD, HEADS)), Layer(None)])
         TransformerLM(VOCAB, DIM, 2, HEADS, schedule=mixed)
     with pytest.raises(ValueError, match="a query/key encoding with a head_dim"):
