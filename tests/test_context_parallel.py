@@ -60,8 +60,12 @@ def _run(rank, world, path, out):
             dist.all_reduce(p.grad)  # every rank's share of the gradient
             err = max(err, float((p.grad - want[k]).abs().max()))
         errors[name] = err
+    try:  # coordinates of the wrong width, named by the global shape the caller passed
+        context_parallel_forward(lm, idx, positions=torch.zeros(2, N, 2, dtype=torch.long))
+    except ValueError as e:
+        refusal = str(e)
     if rank == 0:
-        torch.save(errors, out)
+        torch.save((errors, refusal), out)
     dist.destroy_process_group()
 
 
@@ -70,9 +74,13 @@ def test_sharded_forward_and_gradients_equal_the_unsharded_model(world):
     with tempfile.TemporaryDirectory() as tmp:
         path, out = os.path.join(tmp, "store"), os.path.join(tmp, "errors.pt")
         mp.spawn(_run, args=(world, path, out), nprocs=world, join=True)
-        errors = torch.load(out)
+        errors, refusal = torch.load(out)
     assert set(errors) == set(ENCODINGS)
     assert max(errors.values()) < 1e-10, errors
+    assert refusal == (  # the last model is M-RoPE's
+        f"positions must have shape (seq,) or (batch, seq) = (2, {N}), or "
+        f"(batch, seq, n_axes=3) coordinates, got (2, {N}, 2)"
+    )
 
 
 def test_head_tail_chunks_balance_causal_work():
@@ -130,6 +138,29 @@ def test_a_length_dependent_rope_is_refused_and_qk_are_overwritten_only_outside_
         with torch.no_grad():
             context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # ours alone
         assert Spy.flags == [False, True]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_grid_coordinates_given_to_a_sharded_forward(tmp_path):
+    # one gloo rank: M-RoPE's (batch, seq, 3) coordinates go through as the model takes them
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        torch.manual_seed(0)
+        lm = TransformerLM(V, 24, 1, H, encoding=MRoPE(12, sections=(2, 2, 2), max_len=32))
+        lm = lm.double()
+        idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(3))
+        coords = torch.randint(0, 32, (1, 8, 3), generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            got = context_parallel_forward(lm, idx, positions=coords)
+            want = lm(idx, coords)
+            assert (want - lm(idx, coords[..., [0, 0, 0]])).abs().max() > 1e-3
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        why = ("positions must have shape (seq,) or (batch, seq) = (1, 8), or "
+               "(batch, seq, n_axes=3) coordinates, got (1, 8, 2)")  # fmt: skip
+        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+            context_parallel_forward(lm, idx, positions=coords[..., :2])
     finally:
         dist.destroy_process_group()
 
