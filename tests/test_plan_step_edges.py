@@ -84,6 +84,20 @@ def test_a_growing_cache_gives_flex_the_whole_buffer(
         assert seen["k"] == range(3) and seen["key_valid"] is None
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_static_cache_hides_its_unfilled_slots_by_a_mask_only_without_causal(monkeypatch, causal):
+    cache = StaticKVCache(layers=1, batch=2, max_len=8, kv_heads=1, key_dim=4, value_dim=4)
+    seen = {}
+    monkeypatch.setattr(step_mod, "plan", lambda enc, q, k, **a: seen.update(q=q, k=k, **a))
+    step_mod.plan_step(ALiBi(2), 2, 3, None, None, cache, **(KW | {"causal": causal}),
+                       backend="sdpa", device=None)  # fmt: skip
+    assert seen["full_kv"] is True and int(seen["start"]) == 0
+    if causal:  # the causal mask hides slots 3.. : no mask, SDPA keeps its causal kernel
+        assert seen["key_valid"] is None
+    else:
+        assert seen["key_valid"].tolist() == [[True] * 3 + [False] * 5] * 2
+
+
 @pytest.mark.parametrize("static", [False, True])
 def test_grid_positions_for_a_one_axis_encoding_are_refused_with_a_cache(static, monkeypatch):
     cache = (StaticKVCache if static else KVCache)(
