@@ -227,14 +227,15 @@ def test_an_empty_step_stores_nothing_and_moves_no_position(static, padded):
     # zero new tokens, with positions left to the cache or given as an empty range far
     # ahead: nothing is stored, the next position stays, the next token is the full forward's
     torch.manual_seed(0)
-    lm = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=RotaryEmbedding(HD)).double()
+    rope = RotaryEmbedding(HD, max_len=8)  # the empty range lies past its table
+    lm = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=rope).double()
     idx = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(4))
     pad = LEFT_PAD[:, 3:9] if padded else None  # row 0 starts with 2 pad tokens
     with torch.no_grad():
         cache = lm.new_cache(2, 8, static=static)
         lm(idx[:, :5], None, None if pad is None else pad[:, :5], cache=cache)
         before = cache.next_position.clone()
-        for positions in (None, range(9, 9)):
+        for positions in (None, range(9, 9), range(40, 40)):
             assert lm(idx[:, 5:5], positions, cache=cache).shape == (2, 0, V)
             assert len(cache) == 5 and torch.equal(cache.next_position, before)
         got = lm(idx[:, 5:], cache=cache)[:, -1]
