@@ -165,6 +165,18 @@ def test_grid_coordinates_given_to_a_sharded_forward(tmp_path):
         dist.destroy_process_group()
 
 
+def test_flex_is_refused_by_a_sharded_forward(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        lm = TransformerLM(V, D, 1, H, encoding=ALiBi(H), backend="flex")
+        why = "backend 'flex' does not run context-parallel steps: use 'sdpa'"
+        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+            context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))
+    finally:
+        dist.destroy_process_group()
+
+
 def test_shards_and_work_by_hand():
     # 8 tokens on 2 ranks: chunks of 2, rank 0 holds chunks 0 and 3 (head-tail by default)
     assert shard_index(8, 0, 2).tolist() == [0, 1, 6, 7]
