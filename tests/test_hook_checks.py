@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from expect import raises_exactly
-from test_real_user_matrix import MATRIX, NAMES, _inputs, _make, _positions
+from test_real_user_matrix import MATRIX, NAMES, S, _inputs, _make, _positions
 
 
 def _hook(enc, name, q_positions, k_positions):
@@ -60,6 +60,54 @@ def test_a_hook_refuses_float_positions(name):
     label = "positions" if MATRIX[name].kind == "input" else "q_positions"
     with pytest.raises(ValueError, match=f"^{label} must be an integer tensor, got dtype"):
         _hook(enc, name, floats, _positions(name))
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKED if MATRIX[n].kind != "input"])
+def test_a_hook_refuses_a_negative_range_and_bool_positions(name):
+    # input hooks take a range through position_arg, which refuses it with its own words
+    enc = _make(name).double()
+    if MATRIX[name].axes == 1:
+        with raises_exactly("q_positions must be non-negative, got -2"):
+            _hook(enc, name, range(-2, S - 2), _positions(name))
+    flags = _positions(name) % 2 == 0
+    with raises_exactly("q_positions must be an integer tensor, got dtype torch.bool"):
+        _hook(enc, name, flags, _positions(name))
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKED if MATRIX[n].kind == "input"])
+def test_an_input_hook_names_its_hint_for_a_range_past_the_table(name):
+    if MATRIX[name].axes != 1 or not MATRIX[name].limit:
+        pytest.skip("a range gives one axis")
+    enc = _make(name).double()
+    x = torch.zeros(1, S, enc.dim, dtype=torch.float64)
+    stop = MATRIX[name].limit
+    why = (
+        f"positions must be < max_len={stop}, got {stop}; build the encoding with a larger max_len"
+    )
+    with raises_exactly(why):
+        enc.encode_input(x, range(stop + 1 - S, stop + 1))
+
+
+# These read the largest position to size their table or buckets, which meta positions do
+# not hold (torch raises NotImplementedError): not yet supported.
+READS_A_META_VALUE = {"rope", "xpos", "t5", "channel_slice", "temperature"}
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKED if n not in READS_A_META_VALUE])
+def test_a_hook_on_the_meta_device_reads_no_value(name):
+    # shapes only (a model run on meta): the position check must not read values
+    with torch.device("meta"):
+        enc = _make(name)
+    x, q, k = (t.float().to("meta") for t in _inputs())
+    p = _positions(name).to("meta")
+    kind = MATRIX[name].kind
+    if kind == "input":
+        assert enc.encode_input(x, p).shape == x.shape
+    elif kind == "qk":
+        out_q, out_k = enc.encode_qk(q, k, p, p)
+        assert out_q.is_meta and out_q.shape[:3] == q.shape[:3]
+    else:
+        assert enc.score_bias(p, p).is_meta
 
 
 def test_ropes_table_refuses_what_its_hook_refuses():
