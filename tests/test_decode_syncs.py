@@ -98,6 +98,17 @@ def test_the_counting_sees_a_read(monkeypatch):
     assert reads == ["bounds"]
 
 
+def test_a_reset_static_cache_knows_its_count_on_the_host(monkeypatch):
+    lm = _lm("rope")
+    cache = lm.new_cache(2, 16, static=True)
+    with torch.no_grad():
+        lm(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=cache)
+        cache.reset()
+        reads = _counted(monkeypatch)
+        assert len(cache) == 0 and reads == []  # zeroed in place: its value is known
+        _decode_reads_nothing(lm, cache, monkeypatch)
+
+
 _PREFILLS = {  # how the prompt was given: the decode steps after it still read nothing
     "positions": {"positions": torch.tensor([[0, 1, 2], [4, 5, 6]])},
     "range": {"positions": range(2, 5)},

@@ -312,7 +312,8 @@ def test_document_ids_are_checked_with_the_first_decrease_named():
 
     for docs, row, where in [([[0, 0, 1, 0]], 0, "from 1 to 0 at index 3"),
                              ([[1, 0]], 0, "from 1 to 0 at index 1"),
-                             ([[0, 1], [2, 1]], 1, "from 2 to 1 at index 1")]:  # fmt: skip
+                             ([[0, 1], [2, 1]], 1, "from 2 to 1 at index 1"),
+                             ([[0, 2, 1]], 0, "from 2 to 1 at index 2")]:  # fmt: skip
         with raises_exactly(f"documents must not decrease along a row: row {row} goes {where}"):
             check_documents(torch.tensor(docs), len(docs), len(docs[0]))
     assert check_documents(torch.tensor([[5]], dtype=torch.int32), 1, 1).dtype == torch.long

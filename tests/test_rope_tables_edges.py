@@ -16,6 +16,7 @@ Values are checked against the float64 NumPy reference (``posenc.rope``) or a ha
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,6 +249,19 @@ def test_table_grows_when_asked_for_its_first_missing_row():
     assert rope.cos_sin.shape[0] == 5000
     want = _rope_ref(q, range(have - 3, have + 1))
     np.testing.assert_allclose(qr.numpy(), want, rtol=0, atol=2e-5)
+
+
+def test_table_growth_compares_positions_with_rows_not_with_pairs():
+    # a head wider than the first 4096 rows (4097 pairs): position 4096 still needs a row
+    rope = RotaryEmbedding(8194, max_len=4097)
+    assert rope.cos_sin.shape[:2] == (4096, 4097)
+    q = torch.zeros(1, 1, 1, 8194)
+    q[..., 0], q[..., 4097] = 1.0, 2.0  # pair 0 (half pairing: dims 0 and r/2)
+    qr, _ = rope(q, q, torch.tensor([[4096]]))
+    assert rope.cos_sin.shape[0] == 4097
+    c, s = math.cos(4096.0), math.sin(4096.0)  # pair 0 turns at rate 1
+    torch.testing.assert_close(qr[0, 0, 0, [0, 4097]], torch.tensor([c - 2 * s, s + 2 * c]),
+                               rtol=0, atol=1e-5)  # fmt: skip
 
 
 def test_table_grows_to_exactly_the_rows_needed():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from expect import raises_exactly
 
-from posenc.scaling import NTK, DynamicNTK, Llama3, LongRoPE, Proportional, YaRN
+from posenc.scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Proportional, YaRN
 
 TAU = 2 * math.pi
 POS = "must be a positive finite number, got"
@@ -125,7 +125,8 @@ def test_longrope_scale_formula_needs_original_len_two():
     [(7, "dim must be even, got 7"), (0, "dim must be a positive even integer, got 0")],
 )
 def test_inv_freq_called_directly_checks_dim(dim, msg):
-    for scaling in (DynamicNTK(2.0, 64), YaRN(2.0, 64), Llama3(8.0, 1.0, 4.0, 64),
+    for scaling in (Linear(2.0), NTK(2.0), DynamicNTK(2.0, 64), YaRN(2.0, 64),
+                    Llama3(8.0, 1.0, 4.0, 64),
                     LongRoPE((1.0,) * 3, (2.0,) * 3, 64, 2.0), Proportional(0.5)):  # fmt: skip
         with raises_exactly(msg):
             scaling.inv_freq(dim, 1e4)
