@@ -60,6 +60,7 @@ def _run(rank, world, path, out):
             dist.all_reduce(p.grad)  # every rank's share of the gradient
             err = max(err, float((p.grad - want[k]).abs().max()))
         errors[name] = err
+    refusal = None
     try:  # coordinates of the wrong width, named by the global shape the caller passed
         context_parallel_forward(lm, idx, positions=torch.zeros(2, N, 2, dtype=torch.long))
     except ValueError as e:

@@ -107,6 +107,8 @@ def test_flex_decoding_after_a_packed_prefill_keeps_every_slots_document():
     # Flex with a growing cache scores the whole buffer: each slot's document must travel
     torch.manual_seed(0)
     lm = TransformerLM(V, D, 1, H, encoding=ALiBi(H), backend="flex").eval()  # float32
+    sdpa = TransformerLM(V, D, 1, H, encoding=ALiBi(H), backend="sdpa").eval()
+    sdpa.load_state_dict(lm.state_dict())  # the same model on SDPA, no cache: the reference
     idx = torch.randint(0, V, (2, 11), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         cache = lm.new_cache(2, 11)
@@ -114,7 +116,7 @@ def test_flex_decoding_after_a_packed_prefill_keeps_every_slots_document():
         got = torch.cat(got + [lm(idx[:, i : i + 1], cache=cache) for i in (9, 10)], 1)
         for b in range(2):  # the row's last document alone, then the two decoded tokens
             where = torch.cat([(DOCS[b] == DOCS[b, -1]).nonzero().flatten(), torch.tensor([9, 10])])
-            alone = lm(idx[b : b + 1, where])[0]  # (len, V)
+            alone = sdpa(idx[b : b + 1, where])[0]  # (len, V)
             torch.testing.assert_close(got[b, where], alone, rtol=1e-5, atol=1e-5)
 
 

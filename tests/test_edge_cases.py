@@ -12,6 +12,7 @@ from posenc.torch import (
     ALiBi,
     MultiHeadAttention,
     RotaryEmbedding,
+    T5RelativeBias,
     TransformerLM,
     XPos,
     attend,
@@ -93,6 +94,26 @@ def test_length_dependent_rope_builds_its_table_where_the_input_is():
     q = torch.empty(1, 2, 10, 8, device="meta")
     qr, kr = rot(q, q)  # would fail with a CPU table
     assert qr.device.type == "meta" and qr.shape == q.shape
+
+
+def test_meta_calls_keep_meta_tables_and_meta_built_modules_build_real_ones():
+    # RoPE built on meta, run on meta q and k: shapes only, its tables stay on meta
+    with torch.device("meta"):
+        rope = RotaryEmbedding(8)
+    q = torch.empty(1, 2, 4, 8, device="meta")
+    qr, kr = rope(q, q)
+    assert qr.is_meta and kr.is_meta and rope.cos_sin.is_meta
+    # a real xPos given meta q and k: the keys' table too is looked up where k is
+    xpos = XPos(8, max_len=16).double()
+    q64 = torch.empty(1, 2, 4, 8, device="meta", dtype=torch.float64)
+    assert all(t.is_meta for t in xpos.encode_qk(q64, q64, range(4), range(4)))
+    # T5 built on meta (every parameter meta) and called with CPU positions: its bucket
+    # table is built for real on the CPU, equal to a CPU-built module's
+    with torch.device("meta"):
+        t5 = T5RelativeBias(2, num_buckets=8, max_distance=16)
+    assert t5.score_bias(torch.arange(3)[None], torch.arange(3)[None]).is_meta
+    want = T5RelativeBias(2, num_buckets=8, max_distance=16).bucket
+    assert t5.bucket.device.type == "cpu" and torch.equal(t5.bucket, want)
 
 
 def test_attend_needs_query_positions_when_queries_outnumber_keys():

@@ -74,10 +74,10 @@ def test_a_hook_refuses_a_negative_range_and_bool_positions(name):
         _hook(enc, name, flags, _positions(name))
 
 
-@pytest.mark.parametrize("name", [n for n in CHECKED if MATRIX[n].kind == "input"])
+@pytest.mark.parametrize(
+    "name", [n for n in CHECKED if MATRIX[n].kind == "input" and MATRIX[n].axes == 1]
+)
 def test_an_input_hook_names_its_hint_for_a_range_past_the_table(name):
-    if MATRIX[name].axes != 1 or not MATRIX[name].limit:
-        pytest.skip("a range gives one axis")
     enc = _make(name).double()
     x = torch.zeros(1, S, enc.dim, dtype=torch.float64)
     stop = MATRIX[name].limit
@@ -88,12 +88,19 @@ def test_an_input_hook_names_its_hint_for_a_range_past_the_table(name):
         enc.encode_input(x, range(stop + 1 - S, stop + 1))
 
 
-# These read the largest position to size their table or buckets, which meta positions do
-# not hold (torch raises NotImplementedError): not yet supported.
+# Not yet supported: RoPE and xPos (and the wrappers around RoPE) read the largest position
+# to size their table, and T5 rebuilds its bucket table on the CPU for a meta-built module;
+# meta positions hold no values (torch raises NotImplementedError). Strict: a fix shows here.
 READS_A_META_VALUE = {"rope", "xpos", "t5", "channel_slice", "temperature"}
+_META = [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=NotImplementedError))
+    if n in READS_A_META_VALUE
+    else n
+    for n in CHECKED
+]
 
 
-@pytest.mark.parametrize("name", [n for n in CHECKED if n not in READS_A_META_VALUE])
+@pytest.mark.parametrize("name", _META)
 def test_a_hook_on_the_meta_device_reads_no_value(name):
     # shapes only (a model run on meta): the position check must not read values
     with torch.device("meta"):

@@ -235,11 +235,23 @@ def test_an_empty_step_stores_nothing_and_moves_no_position(static, padded):
         cache = lm.new_cache(2, 8, static=static)
         lm(idx[:, :5], None, None if pad is None else pad[:, :5], cache=cache)
         before = cache.next_position.clone()
-        for positions in (None, range(9, 9), range(40, 40)):
+        for positions in (None, range(9, 9)):
             assert lm(idx[:, 5:5], positions, cache=cache).shape == (2, 0, V)
             assert len(cache) == 5 and torch.equal(cache.next_position, before)
         got = lm(idx[:, 5:], cache=cache)[:, -1]
         torch.testing.assert_close(got, lm(idx, None, pad)[:, -1], rtol=0, atol=1e-10)
+
+
+def test_a_fresh_cache_remembers_only_position_0_for_its_zeroed_slots():
+    # dynamic NTK re-rotates the cached keys with their stored positions: a fresh cache
+    # must not claim position 1 is stored when its table holds one row (max_len 1)
+    torch.manual_seed(0)
+    enc = RotaryEmbedding(HD, scaling=DynamicNTK(2.0, 1), max_len=1)
+    lm = TransformerLM(V, DIM, 1, HEADS, kv_heads=KV, encoding=enc).double()
+    idx = torch.tensor([[3]])
+    with torch.no_grad():
+        got = lm(idx, torch.tensor([[0]]), cache=lm.new_cache(1, 1))
+        torch.testing.assert_close(got, lm(idx), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["rope_half", "score_bias", "sinusoidal"])

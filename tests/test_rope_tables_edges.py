@@ -251,17 +251,20 @@ def test_table_grows_when_asked_for_its_first_missing_row():
     np.testing.assert_allclose(qr.numpy(), want, rtol=0, atol=2e-5)
 
 
-def test_table_growth_compares_positions_with_rows_not_with_pairs():
-    # a head wider than the first 4096 rows (4097 pairs): position 4096 still needs a row
-    rope = RotaryEmbedding(8194, max_len=4097)
-    assert rope.cos_sin.shape[:2] == (4096, 4097)
-    q = torch.zeros(1, 1, 1, 8194)
-    q[..., 0], q[..., 4097] = 1.0, 2.0  # pair 0 (half pairing: dims 0 and r/2)
-    qr, _ = rope(q, q, torch.tensor([[4096]]))
-    assert rope.cos_sin.shape[0] == 4097
-    c, s = math.cos(4096.0), math.sin(4096.0)  # pair 0 turns at rate 1
-    torch.testing.assert_close(qr[0, 0, 0, [0, 4097]], torch.tensor([c - 2 * s, s + 2 * c]),
-                               rtol=0, atol=1e-5)  # fmt: skip
+def test_table_growth_compares_positions_with_rows_not_with_pairs(monkeypatch):
+    # a table of fewer first rows (4) than pairs (5): position 4 still needs a row
+    from posenc.torch.encodings.qk import rope_tables
+
+    monkeypatch.setattr(rope_tables, "_FIRST_ROWS", 4)
+    rope = RotaryEmbedding(10, max_len=5)
+    assert rope.cos_sin.shape[:2] == (4, 5)
+    q = torch.zeros(1, 1, 1, 10)
+    q[..., 0], q[..., 5] = 1.0, 2.0  # pair 0 (half pairing: dims 0 and r/2)
+    qr, _ = rope(q, q, torch.tensor([[4]]))
+    assert rope.cos_sin.shape[0] == 5
+    c, s = math.cos(4.0), math.sin(4.0)  # pair 0 turns at rate 1
+    torch.testing.assert_close(qr[0, 0, 0, [0, 5]], torch.tensor([c - 2 * s, s + 2 * c]),
+                               rtol=0, atol=1e-6)  # fmt: skip
 
 
 def test_table_grows_to_exactly_the_rows_needed():

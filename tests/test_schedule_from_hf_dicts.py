@@ -330,6 +330,9 @@ def test_per_type_parameters_without_layer_types():
                "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
     llama4 = schedule_from_hf(_cfg("llama4_text", depth=4, rope_parameters=chunked))
     assert [r and r["base"] for r in _field(llama4, "rope")] == [5e5, 5e5, 5e5, None]
+    only_chunked = {"chunked_attention": chunked["chunked_attention"]}
+    with pytest.raises(ValueError, match="no entry for the attention layer type 'full_attention'"):
+        schedule_from_hf(_cfg("llama4_text", depth=4, rope_parameters=only_chunked))
 
 
 def test_llama4_keeps_given_layer_types():
