@@ -219,14 +219,16 @@ def test_half_and_bfloat16_round_once_from_the_float32_result(name, dtype):
 @pytest.mark.parametrize("name", NAMES)
 def test_vmap_over_positions_equals_a_loop(name):
     enc = _make(name).double()
+    inputs = _inputs()  # drawn outside: vmap refuses random draws (the first call draws)
     rows = torch.stack([_positions(name, s)[:1] for s in (0, 3, 7)])  # (3, 1, seq[, axes])
-    got = torch.func.vmap(lambda p: _call(enc, name, p))(rows)
-    want = torch.stack([_call(enc, name, p) for p in rows])
+    got = torch.func.vmap(lambda p: _call(enc, name, p, inputs=inputs))(rows)
+    want = torch.stack([_call(enc, name, p, inputs=inputs) for p in rows])
     # vmap takes the tensor-expression path, the loop the eager kernels: float64 rounding
     torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-14)
     if MATRIX[name].message:  # and out of range, under vmap, the same error
         with pytest.raises(ValueError, match=MATRIX[name].message):
-            torch.func.vmap(lambda p: _call(enc, name, p))(torch.stack([rows[0], _bad(name)[:1]]))
+            bad = torch.stack([rows[0], _bad(name)[:1]])
+            torch.func.vmap(lambda p: _call(enc, name, p, inputs=inputs))(bad)
 
 
 @pytest.mark.compile
