@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from test_mha_edges import _Spy  # an encoding that records its inplace flags
 
 from posenc.torch import (
     ALiBi,
     MRoPE,
     PoPE,
-    PositionalEncoding,
     RotaryEmbedding,
     T5RelativeBias,
     TransformerLM,
@@ -33,6 +33,15 @@ ENCODINGS = {
     "mrope": lambda: MRoPE(HD, sections=(2, 1, 1), max_len=64),
 }
 DOCS = torch.tensor([[0] * 5 + [1] * 7 + [2] * 4, [0] * 16])
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A gloo group of one rank in this process, destroyed afterwards."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    yield
+    dist.destroy_process_group()
 
 
 def _run(rank, world, path, out):
@@ -96,86 +105,60 @@ def test_head_tail_chunks_balance_causal_work():
         shard_index(10, 0, 3)
 
 
-def test_positions_given_as_a_range_keep_their_start(tmp_path):
+def test_positions_given_as_a_range_keep_their_start(one_rank):
     # one gloo rank in this process: the sharded forward at positions 5.. is the model's
     from posenc.torch import SinusoidalEncoding
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)  # fmt: skip
-    try:
-        torch.manual_seed(0)
-        lm = TransformerLM(V, D, 1, H, encoding=SinusoidalEncoding(D, max_len=64)).double()
-        idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(3))
-        with torch.no_grad():
-            got = context_parallel_forward(lm, idx, positions=range(5, 13))
-            want = lm(idx, range(5, 13))
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    finally:
-        dist.destroy_process_group()
+    torch.manual_seed(0)
+    lm = TransformerLM(V, D, 1, H, encoding=SinusoidalEncoding(D, max_len=64)).double()
+    idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got = context_parallel_forward(lm, idx, positions=range(5, 13))
+        want = lm(idx, range(5, 13))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
-def test_a_length_dependent_rope_is_refused_and_qk_are_overwritten_only_outside_autograd(tmp_path):
+def test_a_length_dependent_rope_is_refused_and_qk_are_overwritten_only_outside_autograd(one_rank):
     # dynamic NTK re-rotates every key with each step's table; a rank sees only its keys
     from posenc.scaling import DynamicNTK
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)  # fmt: skip
-    try:
-        rope = RotaryEmbedding(HD, scaling=DynamicNTK(2.0, 8), max_len=64)
-        lm = TransformerLM(V, D, 1, H, encoding=rope)
-        why = "RotaryEmbedding rotates keys by the whole length: it cannot run context-parallel"
-        with pytest.raises(ValueError, match=f"^{why}$"):
-            context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))
+    rope = RotaryEmbedding(HD, scaling=DynamicNTK(2.0, 8), max_len=64)
+    lm = TransformerLM(V, D, 1, H, encoding=rope)
+    why = "RotaryEmbedding rotates keys by the whole length: it cannot run context-parallel"
+    with pytest.raises(ValueError, match=f"^{why}$"):
+        context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))
 
-        class Spy(PositionalEncoding):  # records whether q, k are handed over to overwrite
-            flags = []
-
-            def encode_qk(self, q, k, q_positions, k_positions, *, inplace=False):
-                self.flags.append(inplace)
-                return q, k
-
-        lm = TransformerLM(V, D, 1, H, encoding=Spy())
-        context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # in the graph
-        with torch.no_grad():
-            context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # ours alone
-        assert Spy.flags == [False, True]
-    finally:
-        dist.destroy_process_group()
+    spy = _Spy()  # records whether q, k are handed over to overwrite
+    lm = TransformerLM(V, D, 1, H, encoding=spy)
+    context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # in the graph
+    with torch.no_grad():
+        context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))  # ours alone
+    assert spy.flags == [False, True]
 
 
-def test_grid_coordinates_given_to_a_sharded_forward(tmp_path):
+def test_grid_coordinates_given_to_a_sharded_forward(one_rank):
     # one gloo rank: M-RoPE's (batch, seq, 3) coordinates go through as the model takes them
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)  # fmt: skip
-    try:
-        torch.manual_seed(0)
-        lm = TransformerLM(V, 24, 1, H, encoding=MRoPE(12, sections=(2, 2, 2), max_len=32))
-        lm = lm.double()
-        idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(3))
-        coords = torch.randint(0, 32, (1, 8, 3), generator=torch.Generator().manual_seed(4))
-        with torch.no_grad():
-            got = context_parallel_forward(lm, idx, positions=coords)
-            want = lm(idx, coords)
-            assert (want - lm(idx, coords[..., [0, 0, 0]])).abs().max() > 1e-3
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-        why = ("positions must have shape (seq,) or (batch, seq) = (1, 8), or "
-               "(batch, seq, n_axes=3) coordinates, got (1, 8, 2)")  # fmt: skip
-        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
-            context_parallel_forward(lm, idx, positions=coords[..., :2])
-    finally:
-        dist.destroy_process_group()
+    torch.manual_seed(0)
+    lm = TransformerLM(V, 24, 1, H, encoding=MRoPE(12, sections=(2, 2, 2), max_len=32))
+    lm = lm.double()
+    idx = torch.randint(0, V, (1, 8), generator=torch.Generator().manual_seed(3))
+    coords = torch.randint(0, 32, (1, 8, 3), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        got = context_parallel_forward(lm, idx, positions=coords)
+        want = lm(idx, coords)
+        assert (want - lm(idx, coords[..., [0, 0, 0]])).abs().max() > 1e-3
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    why = ("positions must have shape (seq,) or (batch, seq) = (1, 8), or "
+           "(batch, seq, n_axes=3) coordinates, got (1, 8, 2)")  # fmt: skip
+    with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+        context_parallel_forward(lm, idx, positions=coords[..., :2])
 
 
-def test_flex_is_refused_by_a_sharded_forward(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)  # fmt: skip
-    try:
-        lm = TransformerLM(V, D, 1, H, encoding=ALiBi(H), backend="flex")
-        why = "backend 'flex' does not run context-parallel steps: use 'sdpa'"
-        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
-            context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))
-    finally:
-        dist.destroy_process_group()
+def test_flex_is_refused_by_a_sharded_forward(one_rank):
+    lm = TransformerLM(V, D, 1, H, encoding=ALiBi(H), backend="flex")
+    why = "backend 'flex' does not run context-parallel steps: use 'sdpa'"
+    with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+        context_parallel_forward(lm, torch.zeros(1, 8, dtype=torch.long))
 
 
 def test_shards_and_work_by_hand():

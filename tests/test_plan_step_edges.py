@@ -48,7 +48,7 @@ def _planned(monkeypatch, encoding, cache, *, positions=None, padding_mask=None,
     """Run plan_step with ``plan`` replaced: return what plan would have been given."""
     seen = {}
     monkeypatch.setattr(step_mod, "plan", lambda enc, q, k, **a: seen.update(q=q, k=k, **a))
-    step_mod.plan_step(encoding, 2, 3, positions, padding_mask, cache, **KW, **kw)
+    step_mod.plan_step(encoding, 2, 3, positions, padding_mask, cache, **(KW | kw))
     return seen
 
 
@@ -87,10 +87,7 @@ def test_a_growing_cache_gives_flex_the_whole_buffer(
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_static_cache_hides_its_unfilled_slots_by_a_mask_only_without_causal(monkeypatch, causal):
     cache = StaticKVCache(layers=1, batch=2, max_len=8, kv_heads=1, key_dim=4, value_dim=4)
-    seen = {}
-    monkeypatch.setattr(step_mod, "plan", lambda enc, q, k, **a: seen.update(q=q, k=k, **a))
-    step_mod.plan_step(ALiBi(2), 2, 3, None, None, cache, **(KW | {"causal": causal}),
-                       backend="sdpa", device=None)  # fmt: skip
+    seen = _planned(monkeypatch, ALiBi(2), cache, causal=causal, backend="sdpa", device=None)
     assert seen["full_kv"] is True and int(seen["start"]) == 0
     if causal:  # the causal mask hides slots 3.. : no mask, SDPA keeps its causal kernel
         assert seen["key_valid"] is None
