@@ -96,7 +96,7 @@ def test_length_dependent_rope_builds_its_table_where_the_input_is():
     assert qr.device.type == "meta" and qr.shape == q.shape
 
 
-def test_meta_calls_keep_meta_tables_and_meta_built_modules_build_real_ones():
+def test_meta_calls_keep_meta_tables_until_real_weights_are_loaded():
     # RoPE built on meta, run on meta q and k: shapes only, its tables stay on meta
     with torch.device("meta"):
         rope = RotaryEmbedding(8)
@@ -107,13 +107,18 @@ def test_meta_calls_keep_meta_tables_and_meta_built_modules_build_real_ones():
     xpos = XPos(8, max_len=16).double()
     q64 = torch.empty(1, 2, 4, 8, device="meta", dtype=torch.float64)
     assert all(t.is_meta for t in xpos.encode_qk(q64, q64, range(4), range(4)))
-    # T5 built on meta (every parameter meta) and called with CPU positions: its bucket
-    # table is built for real on the CPU, equal to a CPU-built module's
+    # T5 built on meta (every parameter meta): its bucket table stays with the weight it
+    # indexes, on meta, whatever device the positions are on; loading real weights with
+    # assign=True builds it for real there, equal to a CPU-built module's
     with torch.device("meta"):
         t5 = T5RelativeBias(2, num_buckets=8, max_distance=16)
-    assert t5.score_bias(torch.arange(3)[None], torch.arange(3)[None]).is_meta
-    want = T5RelativeBias(2, num_buckets=8, max_distance=16).bucket
-    assert t5.bucket.device.type == "cpu" and torch.equal(t5.bucket, want)
+    for p in (torch.arange(3)[None], torch.arange(3, device="meta")[None]):
+        assert t5.score_bias(p, p).is_meta and t5.bucket.is_meta
+    real = T5RelativeBias(2, num_buckets=8, max_distance=16)
+    t5.load_state_dict(real.state_dict(), assign=True)
+    p = torch.arange(3)[None]
+    assert torch.equal(t5.score_bias(p, p), real.score_bias(p, p))
+    assert t5.bucket.device.type == "cpu" and torch.equal(t5.bucket, real.bucket)
 
 
 def test_attend_needs_query_positions_when_queries_outnumber_keys():

@@ -88,19 +88,7 @@ def test_an_input_hook_names_its_hint_for_a_range_past_the_table(name):
         enc.encode_input(x, range(stop + 1 - S, stop + 1))
 
 
-# Not yet supported: RoPE and xPos (and the wrappers around RoPE) read the largest position
-# to size their table, and T5 rebuilds its bucket table on the CPU for a meta-built module;
-# meta positions hold no values (torch raises NotImplementedError). Strict: a fix shows here.
-READS_A_META_VALUE = {"rope", "xpos", "t5", "channel_slice", "temperature"}
-_META = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=NotImplementedError))
-    if n in READS_A_META_VALUE
-    else n
-    for n in CHECKED
-]
-
-
-@pytest.mark.parametrize("name", _META)
+@pytest.mark.parametrize("name", CHECKED)
 def test_a_hook_on_the_meta_device_reads_no_value(name):
     # shapes only (a model run on meta): the position check must not read values
     with torch.device("meta"):

@@ -27,10 +27,11 @@ def host_read(t: torch.Tensor) -> list:
 
 
 def traced(positions) -> bool:
-    """Are ``positions`` values out of Python's reach (``torch.compile``, ``torch.func``)?"""
+    """Are ``positions`` values out of Python's reach (``torch.compile``, ``torch.func``,
+    the meta device)?"""
     return torch.compiler.is_compiling() or (
         isinstance(positions, torch.Tensor)
-        and torch._C._functorch.is_functorch_wrapped_tensor(positions)
+        and (positions.is_meta or torch._C._functorch.is_functorch_wrapped_tensor(positions))
     )
 
 
@@ -120,10 +121,9 @@ def check_values(name: str, positions, stop=None, *, low=0, limit="max_len", why
         raise ValueError(f"{name} must be an integer tensor, got dtype {dtype}")
     if traced(positions):
         return checked_positions(positions, low, stop or 0, name, limit, why)
-    if positions.device.type != "meta":
-        found = bounds(positions)
-        if found is not None:
-            _refuse(name, *found, stop, low, limit, why)
+    found = bounds(positions)
+    if found is not None:
+        _refuse(name, *found, stop, low, limit, why)
     return positions
 
 

@@ -199,14 +199,14 @@ class T5RelativeBias(_ScoreBias):
 
     def score_bias(self, q_positions, k_positions, *, out=None):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
-        self._materialize()  # next to the table (meta after load_state_dict(assign=True))
+        self._materialize(self.weight.device)  # with the weight it indexes (still meta?)
         rel = -relative_positions(q_positions, k_positions, self.bucket.device)  # key - query
         bias = self.weight.to(self.work_dtype)[self._buckets_of(rel)]  # (b|1, sq, sk, heads)
         return bias.permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
-        self._materialize()
+        self._materialize(self.weight.device)
         table, bucket, md = self.weight.float(), self.bucket, self.max_distance
         qpos, kpos = (
             position_at(q_positions, bucket.device),
