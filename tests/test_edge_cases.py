@@ -114,6 +114,8 @@ def test_meta_calls_keep_meta_tables_until_real_weights_are_loaded():
         t5 = T5RelativeBias(2, num_buckets=8, max_distance=16)
     for p in (torch.arange(3)[None], torch.arange(3, device="meta")[None]):
         assert t5.score_bias(p, p).is_meta and t5.bucket.is_meta
+    t5.score_mod(range(3), range(3))  # FlexAttention's hook: the same rule
+    assert t5.bucket.is_meta
     real = T5RelativeBias(2, num_buckets=8, max_distance=16)
     t5.load_state_dict(real.state_dict(), assign=True)
     p = torch.arange(3)[None]

@@ -52,12 +52,7 @@ class _ScoreBias(PositionalEncoding):
         k_positions = q_positions if k_positions is None else k_positions
         qp = _as_hook_positions(q_positions, "q_positions")
         kp = _as_hook_positions(k_positions, "k_positions")
-        rows = [p.shape[0] for p in (qp, kp) if not isinstance(p, range)]
-        if len(rows) == 2 and rows[0] != rows[1] and 1 not in rows:
-            raise ValueError(
-                f"k_positions must have the batch of q_positions ({rows[0]}), got {rows[1]}"
-            )
-        return self.score_bias(qp, kp)
+        return self.score_bias(qp, kp)  # which checks that the batches broadcast
 
     def extra_repr(self):
         return f"heads={self.heads}"
