@@ -97,7 +97,8 @@ def test_a_hook_on_the_meta_device_reads_no_value(name):
     p = _positions(name).to("meta")
     kind = MATRIX[name].kind
     if kind == "input":
-        assert enc.encode_input(x, p).shape == x.shape
+        out = enc.encode_input(x, p)
+        assert out.is_meta and out.shape == x.shape
     elif kind == "qk":
         out_q, out_k = enc.encode_qk(q, k, p, p)
         assert out_q.is_meta and out_q.shape[:3] == q.shape[:3]

@@ -7,7 +7,8 @@ forgets them), and code that builds positions from values it knows (a cache's ne
 records their bounds without reading. Traced code (``torch.compile``, ``torch.func``)
 cannot read values: it checks through :func:`checked_positions`, an op that raises
 posenc's ``ValueError`` on the CPU and asserts on the device elsewhere (no sync, so a
-compiled decode step can be captured as a CUDA graph).
+compiled decode step can be captured as a CUDA graph). Meta tensors hold no values: they
+take the traced path, where the op only passes their shape on.
 """
 
 from __future__ import annotations
