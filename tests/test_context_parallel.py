@@ -5,6 +5,7 @@ RoPE, ALiBi, T5, PoPE and M-RoPE, with packed documents."""
 import os
 import re
 import tempfile
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -74,8 +75,14 @@ def _run(rank, world, path, out):
         context_parallel_forward(lm, idx, positions=torch.zeros(2, N, 2, dtype=torch.long))
     except ValueError as e:
         refusal = str(e)
+    short = TransformerLM(V, D, 1, H, encoding=RotaryEmbedding(HD, max_len=64), max_len=N - 4)
+    try:  # the model's max_len bounds the whole sequence, not this rank's share of it
+        context_parallel_forward(short, idx)
+        too_long = None
+    except ValueError as e:
+        too_long = str(e)
     if rank == 0:
-        torch.save((errors, refusal), out)
+        torch.save((errors, refusal, too_long), out)
     dist.destroy_process_group()
 
 
@@ -84,13 +91,14 @@ def test_sharded_forward_and_gradients_equal_the_unsharded_model(world):
     with tempfile.TemporaryDirectory() as tmp:
         path, out = os.path.join(tmp, "store"), os.path.join(tmp, "errors.pt")
         mp.spawn(_run, args=(world, path, out), nprocs=world, join=True)
-        errors, refusal = torch.load(out)
+        errors, refusal, too_long = torch.load(out)
     assert set(errors) == set(ENCODINGS)
     assert max(errors.values()) < 1e-10, errors
     assert refusal == (  # the last model is M-RoPE's
         f"positions must have shape (seq,) or (batch, seq) = (2, {N}), or "
         f"(batch, seq, n_axes=3) coordinates, got (2, {N}, 2)"
     )
+    assert too_long == f"sequence length must be <= max_len={N - 4}, got {N}"
 
 
 def test_head_tail_chunks_balance_causal_work():
@@ -185,7 +193,7 @@ def test_a_sharded_forward_refuses_a_cache_or_a_padding_mask_each_alone():
     why = "context parallelism takes no cache and no padding_mask"
     for kw in ({"cache": lm.new_cache(1, 4)}, {"padding_mask": torch.ones(1, 4, dtype=torch.bool)}):
         with pytest.raises(ValueError, match=f"^{why}$"):
-            lm(idx, context=object(), **kw)
+            lm(idx, context=SimpleNamespace(k_index=torch.arange(4)), **kw)
 
 
 def test_a_model_refuses_coordinates_of_the_wrong_width_by_its_encodings_axes():

@@ -193,6 +193,8 @@ class TransformerLM(nn.Module):
         b, n = idx.shape
         static = getattr(cache, "static", False)  # its length is a tensor, its size bounded
         total = n + (0 if cache is None or static else cache.length)
+        if context is not None:  # this rank holds a share: the limit is the whole sequence's
+            total = len(context.k_index)
         if self.max_len is not None and total > self.max_len:
             raise ValueError(f"sequence length must be <= max_len={self.max_len}, got {total}")
         if static and self.max_len is not None and cache.max_len > self.max_len:
