@@ -264,6 +264,8 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
         and _table_of(cs_q).shape[-2] == _table_of(cs_k).shape[-2]
     )
     if not fused:
+        if cs_q is cs_k and impl_q == impl_k != "triton" and q.device == k.device:
+            cs_q = cs_k = _for(cs_q, q, impl_q, mq)  # one table for both: gathered once
         return (
             _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq),
             _rotate(k, cs_k, pairing, k_out, inplace, impl_k, mk),

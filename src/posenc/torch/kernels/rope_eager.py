@@ -23,6 +23,7 @@ import torch
 
 _BLOCK = 1 << 20  # elements per block of the blocked kernel (4 MiB of float32): fewer
 # Python-level blocks; bf16 interleaved about 20-30 % faster than with 1 MiB blocks here
+_SMALL = 1 << 12  # at most this many elements: strided cos/sin views instead of copies
 
 
 def cos_sin(positions, inv_freq, scale, dtype):
@@ -99,7 +100,7 @@ def _complex_view_ok(t):
 
 def _rotate_halves(x, cs, dst, h):
     """Out of place, same dtype: four kernels on the halves, no temporaries of x's size."""
-    cos, sin = _cos_sin(cs)
+    cos, sin = _cos_sin(cs, x.numel())
     x1, x2 = _pairs(x, h, "half")
     o1, o2 = _pairs(dst, h, "half")
     torch.mul(x1, cos, out=o1)  # o1 = x1 cos - x2 sin
@@ -156,9 +157,12 @@ def _complex(cs):
     return torch.view_as_complex(cs if _complex_view_ok(cs) else cs.contiguous())
 
 
-def _cos_sin(cs):
-    """Contiguous ``cos`` and ``sin`` ``(..., seq, r // 2)`` from the table (small copies):
-    strided operands would keep the four kernels over x from vectorising."""
+def _cos_sin(cs, numel=None):
+    """``cos`` and ``sin`` ``(..., seq, r // 2)`` from the table: contiguous copies (strided
+    operands would keep the four kernels over a large x from vectorising), or strided views
+    where x has at most ``_SMALL`` elements (a decode step: the copies would cost more)."""
+    if numel is not None and numel <= _SMALL:
+        return cs[..., 0], cs[..., 1]
     return cs[..., 0].contiguous(), cs[..., 1].contiguous()
 
 
