@@ -139,7 +139,7 @@ def test_config_dicts_follow_their_classes_rules_or_are_refused():
     assert layers[3]["temperature"] == {"scale": 0.1, "floor": 8192.0, "shift": 1}
     with pytest.raises(ValueError, match="no_rope_layers must have num_hidden_layers=4"):
         schedule_from_hf(llama4 | {"no_rope_layers": [1, 0]})
-    gemma = base | {"model_type": "gemma3_text", "head_dim": 32,
+    gemma = base | {"model_type": "gemma2", "head_dim": 32,
                     "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
                     "rope_parameters": {"sliding_attention": {"rope_type": "default",
                                                               "rope_theta": 1e4}}}  # fmt: skip

@@ -214,11 +214,16 @@ def test_per_type_rope_parameters():
     missing = {k: v for k, v in params.items() if k != "full_attention"}
     why = (
         "rope_parameters has no entry for the attention layer type 'full_attention'.*"
-        "gemma3_text's config class fills it in: pass the transformers config object"
+        ": give it, or pass the transformers config object"
     )
     with pytest.raises(ValueError, match=why):
-        schedule_from_hf(_cfg("gemma3_text", depth=3, head_dim=16, sliding_window=4,
+        schedule_from_hf(_cfg("llama", depth=3, head_dim=16, sliding_window=4,
                               layer_types=types, rope_parameters=missing))  # fmt: skip
+    # Gemma3TextConfig fills the missing entry in: the default RoPE, the class's global base
+    s = schedule_from_hf(_cfg("gemma3_text", depth=3, head_dim=16, sliding_window=4,
+                              layer_types=types, rope_parameters=missing))  # fmt: skip
+    assert [r and (r["base"], r["scaling"]) for r in _field(s, "rope")][:2] == [
+        (1e4, None), (1e6, None)]  # fmt: skip
 
 
 def test_schedule_modules_share_equal_settings_and_wrap_in_order():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from posenc._checks import check_int
+from posenc.hf import convert
 from posenc.hf.defaults import (
     CLASS_HEAD_DIM,
     CLASS_ORIGINAL,
@@ -80,12 +81,11 @@ def need(params, key, rope_type):
 
 
 def rope_params(cfg, layer_type=None):
-    """HF's flat rope dict: ``rope_scaling`` (v4) wins over ``rope_parameters`` (v5); where
-    they are nested per layer type (Gemma 3: ``{"sliding_attention": {...},
-    "full_attention": {...}}``), the set of ``layer_type``."""
-    params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if not isinstance(params, Mapping):
-        raise ValueError(f"rope_scaling/rope_parameters must be a dict, got {params!r}")
+    """HF's flat rope dict, as the model type's config class derives it from either layout
+    (:func:`posenc.hf.convert.rope_parameters`: ``rope_scaling`` (v4) wins over
+    ``rope_parameters`` (v5) in the base rule); where it is per layer type (Gemma 3:
+    ``{"sliding_attention": {...}, "full_attention": {...}}``), the set of ``layer_type``."""
+    params = convert.rope_parameters(cfg)
     nested = per_type_keys(params, cfg)
     if nested and layer_type is None:
         raise ValueError(
@@ -110,8 +110,8 @@ def per_type_keys(params, cfg):
 
 def rope_type(params, model_type):
     rope_type = params["rope_type"] if "rope_type" in params else params.get("type", "default")
-    if rope_type == "su" or (model_type == "phi3" and rope_type == "yarn"):
-        rope_type = "longrope"  # Phi3Config's legacy names for its LongRoPE
+    if rope_type == "su":
+        rope_type = "longrope"  # Phi-3's legacy name (its classes' renames: convert.RENAMED)
     if rope_type in NO_EQUIVALENT:
         why = NO_EQUIVALENT[rope_type]
         raise ValueError(f"rope_type {rope_type!r} has no posenc equivalent: {why}")

@@ -140,7 +140,7 @@ HALF = frozenset(
     qwen3_5 qwen3_5_moe qwen3_5_moe_text qwen3_5_text qwen3_moe qwen3_next qwen3_vl
     qwen3_vl_moe qwen3_vl_moe_text qwen3_vl_text qwen4_exp qwen4_exp_text recurrent_gemma
     seed_oss smollm3 solar_open stablelm starcoder2 step3p5 step3p7 t5_gemma_module t5gemma
-    t5gemma2 t5gemma2_text timesfm2_5 ultrabert unlimited_ocr unlimited_ocr_text vaultgemma
-    voxtral_realtime voxtral_realtime_text xcodec2 zamba2 zaya
+    t5gemma2 t5gemma2_decoder t5gemma2_text timesfm2_5 ultrabert unlimited_ocr
+    unlimited_ocr_text vaultgemma voxtral_realtime voxtral_realtime_text xcodec2 zamba2 zaya
     """.split()
 )

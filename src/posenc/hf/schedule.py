@@ -13,15 +13,17 @@ from __future__ import annotations
 import math
 
 from posenc.hf import config as read
+from posenc.hf import convert
+from posenc.hf import layers as rules
 from posenc.hf.defaults import MROPE_CLASS, UNSUPPORTED
 from posenc.hf.rope import from_hf
 from posenc.scaling.per_pair import yarn_mscale
 
 __all__ = ["schedule_from_hf"]
 
-# model types whose layers of a type other than "sliding_attention" skip RoPE
-ROPE_ONLY_SLIDING = frozenset(("cohere2", "cohere2_moe", "exaone4", "exaone_moe", "kolibri1",
-                               "flint"))  # fmt: skip
+# the settings of one layer (``attention`` first)
+KEYS = ("attention", "rope", "window", "chunk", "temperature", "slice_start", "softmax_factor")
+
 # model types whose per-layer ``no_rope_layers`` (1: RoPE, 0: none) decides
 NO_ROPE_KEY = frozenset(("llama4", "llama4_text", "smollm3"))
 # the Llama-4 query temperature on the layers without RoPE
@@ -31,10 +33,6 @@ TEMPERATURE_BETA = frozenset(("ministral3", "mistral4"))
 # softmax scale 1 (query and key norms instead): the factor is sqrt(head_dim)
 SCALE_ONE = frozenset(("gemma3n_text", "gemma4_text", "gemma4_unified_text",
                        "diffusion_gemma_text", "embedding_gemma2_text"))  # fmt: skip
-# model types whose every layer slides when sliding_window is set (no layer_types)
-WINDOW_EVERY_LAYER = frozenset(("mistral", "mixtral", "ministral", "starcoder2", "phi3", "phimoe",
-                                "mimi", "moshi", "kyutai_speech_to_text", "blt_patcher",
-                                "pocket_tts_audio_tokenizer", "voxtral_realtime_text"))  # fmt: skip
 # Llama4TextConfig's defaults of the keys the schedule reads
 LLAMA4_DEFAULTS = {"attention_chunk_size": 8192, "attn_temperature_tuning": True,
                    "attn_scale": 0.1, "floor_scale": 8192}  # fmt: skip
@@ -61,11 +59,22 @@ def schedule_from_hf(config):
     -------
     dict
         ``model_type``; ``head_dim`` (the width of the attention's queries and keys);
-        ``layers``: one dict per layer with ``rope`` (keyword arguments of
+        ``layers``: one dict per layer with ``attention`` (``False`` for a layer without
+        attention and so without position: a recurrent layer of type ``"linear_attention"``
+        -- Mamba, Gated DeltaNet as in Qwen3-Next -- a ``"conv"`` or feed-forward one; its
+        other settings are then all ``None``), ``rope`` (keyword arguments of
         ``RotaryEmbedding``, or of ``MRoPE`` with ``"mrope": True``, or ``None``: no
         position), ``window``, ``chunk``, ``temperature`` (``scale``, ``floor``,
         ``shift`` of ``QueryTemperature``, or ``None``), ``slice_start`` (the first rotated
-        channel, or ``None``) and ``softmax_factor`` (or ``None``).
+        channel, or ``None``) and ``softmax_factor`` (or ``None``). Which layers slide, keep
+        their window and rotate follows the model type's rules (:mod:`posenc.hf.layers`).
+
+    Raises
+    ------
+    ValueError
+        For what posenc cannot reproduce, by name: a model type whose windows look both
+        ways (ModernBERT, EmbeddingGemma, Gemma 3 with ``use_bidirectional_attention``, ...),
+        a rotation or temperature it does not offer, a rule the dict cannot settle.
 
     Examples
     --------
@@ -92,9 +101,11 @@ def schedule_from_hf(config):
     depth = cfg.get("num_hidden_layers")
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"config must give num_hidden_layers >= 1, got {depth!r}")
+    cfg = rules.prepare(cfg, model_type)
+    rules.refuse_bidirectional(cfg, model_type)
     if model_type in NO_ROPE_KEY:
         cfg = _llama4_defaults(cfg, model_type, depth)
-    types = _layer_types(cfg, model_type, depth)
+    types = rules.layer_types(cfg, model_type, depth)
     ropes = {t: _rope(config, cfg, model_type, t) for t in dict.fromkeys(types)}
     if _mla(cfg):  # the rotated slice is a RoPE of its own width
         rope_width = int(cfg["qk_rope_head_dim"])
@@ -110,13 +121,14 @@ def schedule_from_hf(config):
     layers = []
     for i, kind in enumerate(types):
         rope = ropes[kind]
-        if uses is not None and not uses[i]:
+        if (uses is not None and not uses[i]) or not rules.rotates(cfg, model_type, kind, i):
             rope = None
-        if model_type in ROPE_ONLY_SLIDING and kind != "sliding_attention":
-            rope = None
+        if kind in rules.NO_ATTENTION:  # a recurrent, convolution or feed-forward layer
+            layers.append(dict.fromkeys(KEYS) | {"attention": False})
+            continue
         layers.append({
-            "rope": rope, "window": _window(cfg, kind), "chunk": _chunk(cfg, kind),
-            "temperature": _temperature(cfg, model_type, rope),
+            "attention": True, "rope": rope, "window": rules.window(cfg, kind),
+            "chunk": _chunk(cfg, kind), "temperature": _temperature(cfg, model_type, rope),
             "slice_start": cfg.get("qk_nope_head_dim") if _mla(cfg) and rope else None,
             "softmax_factor": _softmax_factor(cfg, model_type, ropes[kind]),
         })  # fmt: skip
@@ -126,43 +138,22 @@ def schedule_from_hf(config):
 
 def _rope(config, cfg, model_type, layer_type):
     """RoPE keyword arguments of one layer type (``None`` where the type has no RoPE)."""
+    if layer_type in rules.NO_ATTENTION:
+        return None  # no attention, no position (flat parameters serve the attention types)
     if model_type in MROPE_CLASS:
         from posenc.hf.mrope import mrope_from_hf
 
         return {"mrope": True, **mrope_from_hf(config)}
-    params = cfg.get("rope_parameters")
-    per_type = isinstance(params, dict) and bool(read.per_type_keys(params, cfg))
+    params = convert.rope_parameters(cfg)
+    per_type = bool(read.per_type_keys(params, cfg))
     if per_type and layer_type not in params and "attention" in layer_type:
         raise ValueError(
             f"rope_parameters has no entry for the attention layer type {layer_type!r} "
-            f"(it has {sorted(params)}); {model_type}'s config class fills it in: pass the "
-            "transformers config object"
+            f"(it has {sorted(params)}): give it, or pass the transformers config object"
         )
     if per_type and params.get(layer_type) is None:
         return None  # explicitly no RoPE, or a layer type without attention (conv, mamba)
     return from_hf(config, layer_type=layer_type)  # flat parameters serve every type
-
-
-def _layer_types(cfg, model_type, depth):
-    """Every layer's type: the config's ``layer_types``, else the rule of its class."""
-    types = cfg.get("layer_types")
-    if types:
-        if len(types) != depth:
-            raise ValueError(
-                f"layer_types must have num_hidden_layers={depth} entries, got {len(types)}"
-            )
-        return list(types)
-    if not cfg.get("sliding_window"):
-        return ["full_attention"] * depth
-    if "use_sliding_window" in cfg:  # Qwen2's rule: from max_window_layers on, if enabled
-        first = cfg.get("max_window_layers", depth) if cfg["use_sliding_window"] else depth
-        return ["sliding_attention" if i >= first else "full_attention" for i in range(depth)]
-    if model_type in WINDOW_EVERY_LAYER:
-        return ["sliding_attention"] * depth
-    raise ValueError(
-        f"config gives sliding_window but no layer_types, and which layers of {model_type!r} "
-        "slide is its config class's rule: pass the transformers config object"
-    )
 
 
 def _llama4_defaults(cfg, model_type, depth):
@@ -182,13 +173,6 @@ def _llama4_defaults(cfg, model_type, depth):
         if not cfg.get("layer_types"):
             cfg["layer_types"] = ["chunked_attention" if u else "full_attention" for u in uses]
     return cfg
-
-
-def _window(cfg, kind):
-    window = cfg.get("sliding_window")
-    if window and (kind == "sliding_attention" or kind.endswith("_sliding")):
-        return int(window)
-    return None
 
 
 def _chunk(cfg, kind):

@@ -35,16 +35,30 @@ class Layer:
     chunk : int, optional
         Chunked attention: each query sees only the keys of its own chunk of ``chunk``
         slots (Llama 4).
+    attention : bool, default True
+        ``False`` marks a layer of the model that has no attention and so no position (a
+        recurrent layer -- Mamba, Gated DeltaNet as in Qwen3-Next -- or a convolution):
+        :meth:`Schedule.from_hf` lists it so that indices are the model's, with no encoding,
+        window or chunk. posenc's own models run attention in every layer, where such a
+        layer would be NoPE attention: not the model's layer.
     """
 
     encoding: PositionalEncoding | None = None
     window: int | None = None
     chunk: int | None = None
+    attention: bool = True
 
     def __post_init__(self):
         if self.encoding is not None:
             check_encoding(self.encoding)
         check_limits(self.window, self.chunk)
+        if self.attention is not True and self.attention is not False:
+            raise ValueError(f"attention must be True or False, got {self.attention!r}")
+        if not self.attention and (self.encoding, self.window, self.chunk) != (None,) * 3:
+            raise ValueError(
+                "a layer without attention has no encoding, window or chunk, got "
+                f"encoding={self.encoding!r}, window={self.window!r}, chunk={self.chunk!r}"
+            )
 
     @property
     def limits(self) -> tuple:
@@ -132,8 +146,9 @@ class Schedule:
         Returns
         -------
         Schedule
-            One :class:`Layer` per ``num_hidden_layers``; ``schedule.head_dim`` is the width of
-            the attention's queries and keys.
+            One :class:`Layer` per ``num_hidden_layers`` (``Layer(attention=False)`` for a
+            layer without attention, as Qwen3-Next's linear-attention layers);
+            ``schedule.head_dim`` is the width of the attention's queries and keys.
 
         Examples
         --------
@@ -156,6 +171,9 @@ class Schedule:
         spec = schedule_from_hf(config)
         made, layers = {}, []
         for layer in spec["layers"]:
+            if not layer["attention"]:
+                layers.append(Layer(attention=False))
+                continue
             key = repr(
                 sorted((k, repr(v)) for k, v in layer.items() if k not in ("window", "chunk"))
             )
@@ -224,7 +242,9 @@ class Schedule:
 
     def __repr__(self):
         rows = ", ".join(
-            f"{type(layer.encoding).__name__ if layer.encoding is not None else 'NoPE'}"
+            "NoAttention"
+            if not layer.attention
+            else f"{type(layer.encoding).__name__ if layer.encoding is not None else 'NoPE'}"
             + (f"(window={layer.window})" if layer.window else "")
             + (f"(chunk={layer.chunk})" if layer.chunk else "")
             for layer in self.layers
