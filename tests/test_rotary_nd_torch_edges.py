@@ -58,8 +58,8 @@ def test_axial_n_axes_and_base_reach_the_rates():
 def test_mrope_defaults():
     enc = MRoPE(16, sections=(2, 3, 3))
     assert enc.extra_repr() == (
-        "head_dim=16, sections=(2, 3, 3), base=10000.0, interleaved=False, pairing='half', "
-        "max_len=4096"
+        "head_dim=16, rotary_dim=16, sections=(2, 3, 3), base=10000.0, interleaved=False, "
+        "pairing='half', max_len=4096"
     )
     pos = torch.tensor([[[4095, 1, 2], [3, 4095, 0], [9, 8, 4095]]])
     q = _randn(1, 1, 3, 16, seed=2)
@@ -228,8 +228,8 @@ def test_from_hf_v4_rope_scaling_with_top_level_theta():
     }
     enc = MRoPE.from_hf(cfg)
     assert enc.extra_repr() == (
-        "head_dim=16, sections=(2, 3, 3), base=1000000.0, interleaved=False, pairing='half', "
-        "max_len=256"
+        "head_dim=16, rotary_dim=16, sections=(2, 3, 3), base=1000000.0, interleaved=False, "
+        "pairing='half', max_len=256"
     )
 
 
@@ -248,8 +248,8 @@ def test_from_hf_v5_rope_parameters_and_head_dim():
     }
     enc = MRoPE.from_hf(cfg)
     assert enc.extra_repr() == (
-        "head_dim=16, sections=(3, 3, 2), base=500.0, interleaved=True, pairing='half', "
-        "max_len=4096"
+        "head_dim=16, rotary_dim=16, sections=(3, 3, 2), base=500.0, interleaved=True, "
+        "pairing='half', max_len=4096"
     )
 
 
@@ -261,8 +261,8 @@ def test_from_hf_defaults_when_the_config_is_silent():
     }
     enc = MRoPE.from_hf(cfg)
     assert enc.extra_repr() == (
-        "head_dim=16, sections=(3, 5), base=10000.0, interleaved=False, pairing='half', "
-        "max_len=4096"
+        "head_dim=16, rotary_dim=16, sections=(3, 5), base=10000.0, interleaved=False, "
+        "pairing='half', max_len=4096"
     )
 
 

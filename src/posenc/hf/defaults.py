@@ -86,14 +86,6 @@ WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 # Config classes with no maximum length at all (RecurrentGemma attends through a local
 # window and rotates any position): the size of posenc's table (pass max_len= for more)
 CLASS_MAX_LEN = {"recurrent_gemma": 65536}
-# M-RoPE as the model's rotary class fixes it, whatever the config says: model type ->
-# (interleaved sections, the class's default mrope_section); tests/test_from_hf_mrope.py
-# checks each against transformers' own rotary class and apply function
-_QWEN2_VL, _QWEN3_VL = (False, (16, 24, 24)), (True, (24, 20, 20))
-MROPE_CLASS = {
-    **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"), _QWEN2_VL),
-    **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text"), _QWEN3_VL),
-}
 # Pairing: the modeling code of these model types rotates adjacent pairs (x[2i], x[2i + 1])
 # whatever the config says (``rotate_half`` over ``x[..., ::2]`` and ``x[..., 1::2]``, or a
 # complex multiply); tools/atlas.py checks every entry against transformers' own code

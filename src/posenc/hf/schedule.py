@@ -15,7 +15,8 @@ import math
 from posenc.hf import config as read
 from posenc.hf import convert
 from posenc.hf import layers as rules
-from posenc.hf.defaults import MROPE_CLASS, UNSUPPORTED
+from posenc.hf.defaults import UNSUPPORTED
+from posenc.hf.mrope import MROPE_LAYOUT, TEXT_OF, mrope_from_hf
 from posenc.hf.rope import from_hf
 from posenc.scaling.per_pair import yarn_mscale
 
@@ -140,12 +141,12 @@ def _rope(config, cfg, model_type, layer_type):
     """RoPE keyword arguments of one layer type (``None`` where the type has no RoPE)."""
     if layer_type in rules.NO_ATTENTION:
         return None  # no attention, no position (flat parameters serve the attention types)
-    if model_type in MROPE_CLASS:
-        from posenc.hf.mrope import mrope_from_hf
-
-        return {"mrope": True, **mrope_from_hf(config)}
     params = convert.rope_parameters(cfg)
     per_type = bool(read.per_type_keys(params, cfg))
+    if TEXT_OF.get(model_type, model_type) in MROPE_LAYOUT:
+        if per_type and params.get(layer_type) is None:
+            return None  # explicitly no RoPE on this layer type
+        return {"mrope": True, **mrope_from_hf(config, layer_type=layer_type if per_type else None)}
     if per_type and layer_type not in params and "attention" in layer_type:
         raise ValueError(
             f"rope_parameters has no entry for the attention layer type {layer_type!r} "

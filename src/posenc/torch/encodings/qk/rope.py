@@ -14,6 +14,7 @@ import torch
 import posenc
 from posenc._checks import check_int
 from posenc.hf import from_hf
+from posenc.hf.whole import check_one_rope
 from posenc.torch.encodings.checks import check_hook, check_pairing, check_qk
 from posenc.torch.encodings.qk.rope_dynamic import settings_key
 from posenc.torch.encodings.qk.rope_tables import RopeTables
@@ -118,6 +119,15 @@ class RotaryEmbedding(RopeTables):
             With the model's pairing: ``"interleaved"`` where its code rotates adjacent
             pairs (GLM-4, Cohere, DeepSeek-V3), else ``"half"`` (HF's ``rotate_half``).
 
+        Raises
+        ------
+        ValueError
+            Where the layers (of ``layer_type``) need more than this one RoPE, which it
+            would drop silently: a query temperature (Llama 4, Ministral 3), the trailing
+            channels of a ``[nope | rope]`` head (DeepSeek, Mistral 4), attention layers
+            without RoPE, sets that differ by layer, M-RoPE (``MRoPE.from_hf``). The
+            message names :meth:`Schedule.from_hf <posenc.torch.Schedule.from_hf>`.
+
         Examples
         --------
         >>> from posenc.torch import RotaryEmbedding
@@ -127,6 +137,8 @@ class RotaryEmbedding(RopeTables):
         RotaryEmbedding(head_dim=128, rotary_dim=128, base=500000.0, pairing='half', max_len=8192)
         """
         kwargs = from_hf(config, layer_type=layer_type, pairing=overrides.get("pairing"))
+        mine = {k: v for k, v in kwargs.items() if k not in overrides}  # the config's own
+        check_one_rope(config, layer_type=layer_type, built=mine, pairing=overrides.get("pairing"))
         return cls(**(kwargs | overrides))
 
     @property

@@ -1,14 +1,11 @@
 """RoPE over grids in torch: axial RoPE and M-RoPE, acting on the queries and keys.
 
-Positions reach the hooks as ``(batch|1, seq, n_axes)`` integer coordinates -- ``(row,
-column)`` for an image, ``(time, height, width)`` for M-RoPE -- or, for text, as the 1-D
-positions of every other encoding, read as the point ``(p, ..., p)``. The attention core
-and :class:`~posenc.torch.KVCache` pass them on unchanged; the cache's default positions
-continue after each row's largest coordinate (Qwen2-VL's rule for text after an image).
-
-The rotation is RoPE's kernel (``rotate_qk``, the eager/compiled/GPU paths of
-:class:`~posenc.torch.RotaryEmbedding`) fed with a gathered ``[cos, sin]`` table: pair
-``j`` reads the row of its own axis' coordinate. Tables are derived state, as for RoPE.
+Positions reach the hooks as ``(batch|1, seq, n_axes)`` integer coordinates (``(row,
+column)``, M-RoPE's ``(time, height, width)``) or, for text, as 1-D positions read as the
+point ``(p, ..., p)``. :class:`~posenc.torch.KVCache`'s default positions continue after each
+row's largest coordinate (Qwen2-VL's rule for text after an image). The rotation is RoPE's
+kernel (``rotate_qk``) fed with a gathered ``[cos, sin]`` table: pair ``j`` reads the row
+of its own axis' coordinate. Tables are derived state, as for RoPE.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ import torch
 import posenc
 from posenc._checks import check_dim, check_int
 from posenc.hf import axial_from_hf, mrope_from_hf
+from posenc.hf.whole import check_one_rope
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.checks import check_hook, check_pairing
 from posenc.torch.kernels import cos_sin, rotate_qk
@@ -30,9 +28,8 @@ __all__ = ["AxialRotaryEmbedding", "MRoPE"]
 def check_axes(positions, n_axes):
     """Raise ``ValueError`` unless grid coordinates have ``n_axes`` components."""
     if not isinstance(positions, range) and positions.dim() == 3 and positions.shape[2] != n_axes:
-        raise ValueError(
-            f"positions must have n_axes={n_axes} coordinates, got shape {tuple(positions.shape)}"
-        )
+        shape = tuple(positions.shape)
+        raise ValueError(f"positions must have n_axes={n_axes} coordinates, got shape {shape}")
 
 
 class _GridRotary(PositionalEncoding):
@@ -45,7 +42,7 @@ class _GridRotary(PositionalEncoding):
         self.pairing = check_pairing(pairing)
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.n_axes = self.position_axes = n_axes
-        self._inv, self._axis = inv, axis  # NumPy: float64 rates, int64 axes, (head_dim // 2,)
+        self._inv, self._axis = inv, axis  # NumPy: float64 rates, int64 axes, (rotary_dim // 2,)
         self._register_derived()
 
     def _derived_tensors(self):
@@ -59,7 +56,7 @@ class _GridRotary(PositionalEncoding):
         return cos_sin(pos, torch.from_numpy(self._inv).to(device), 1.0, dtype)
 
     def table(self, positions, dtype=torch.float32):
-        """``[cos, sin]`` of every pair at ``positions``: ``(b|1, seq, head_dim // 2, 2)``.
+        """``[cos, sin]`` of every pair at ``positions``: ``(b|1, seq, rotary_dim // 2, 2)``.
 
         Parameters
         ----------
@@ -227,15 +224,19 @@ class MRoPE(_GridRotary):
     Parameters
     ----------
     head_dim : int
-        Width of one head; ``2 * sum(sections)``.
+        Width of one head.
     sections : sequence of int
-        Pairs per axis (Qwen2-VL's ``mrope_section``, e.g. ``(16, 24, 24)``).
+        Pairs per axis (Qwen2-VL's ``mrope_section``, e.g. ``(16, 24, 24)``); they sum to
+        ``rotary_dim // 2``.
     base : float
         The RoPE base (Qwen2-VL: 1e6).
     interleaved : bool
         Qwen3-VL's interleaved sections instead of consecutive blocks.
     pairing : {"half", "interleaved"}
-        Which dims form a pair (Qwen: ``"half"``).
+        Which dims form a pair (Qwen: ``"half"``, GLM-4V: ``"interleaved"``).
+    rotary_dim : int, optional
+        Rotate only the first ``rotary_dim`` dims, at the rates of a ``rotary_dim``-wide
+        RoPE (Qwen3.5: a quarter of the head); default the whole head.
     max_len : int
         Table size: every coordinate must be ``< max_len``.
 
@@ -250,37 +251,36 @@ class MRoPE(_GridRotary):
     torch.Size([1, 1, 7, 16])
     """
 
-    def __init__(
-        self, head_dim, *, sections, base=10_000.0, interleaved=False, pairing="half", max_len=4096
-    ):
+    def __init__(self, head_dim, *, sections, base=10_000.0, interleaved=False, pairing="half",
+                 rotary_dim=None, max_len=4096):  # fmt: skip
         super().__init__()
-        inv, axis = posenc.mrope_frequencies(
-            head_dim, sections, base=base, interleaved=interleaved
-        )  # validates head_dim, sections, base
+        head_dim = check_dim("head_dim", head_dim)
+        rotary = head_dim if rotary_dim is None else check_dim("rotary_dim", rotary_dim)
+        if rotary > head_dim:
+            raise ValueError(f"rotary_dim must be <= head_dim={head_dim}, got {rotary_dim}")
+        # validates sections (summing to rotary // 2) and base
+        inv, axis = posenc.mrope_frequencies(rotary, sections, base=base, interleaved=interleaved)
         self.sections, self.base = tuple(int(s) for s in sections), float(base)
-        self.interleaved = bool(interleaved)
+        self.interleaved, self.rotary_dim = bool(interleaved), rotary
         self._setup(head_dim, inv, axis, len(self.sections), pairing, max_len)
 
     @classmethod
-    def from_hf(cls, config, **overrides):
-        """Build M-RoPE from a Qwen2-VL / Qwen2.5-VL / Qwen3-VL ``config.json`` or config object.
+    def from_hf(cls, config, *, layer_type=None, **overrides):
+        """Build M-RoPE as a model's rotary class lays it out (:func:`posenc.hf.mrope_from_hf`).
 
-        Reads the text model's head width, ``rope_theta``, ``mrope_section``,
-        ``mrope_interleaved`` and ``max_position_embeddings``, from ``rope_scaling`` (v4
-        files) or ``rope_parameters`` (transformers 5).
+        A config whose layers need more than this one M-RoPE (sets that differ by layer type,
+        attention layers without RoPE) is refused: :meth:`Schedule.from_hf
+        <posenc.torch.Schedule.from_hf>` builds every layer's.
 
         Parameters
         ----------
         config : dict or object
             A parsed ``config.json`` (its ``text_config`` if it has one) or a
             ``transformers`` config object.
+        layer_type : str, optional
+            The layer type to build, where the rope parameters are given per layer type.
         **overrides
             Keyword arguments replacing what the config gives.
-
-        Returns
-        -------
-        MRoPE
-            ``pairing="half"`` (HF's ``rotate_half``) unless overridden.
 
         Examples
         --------
@@ -288,12 +288,11 @@ class MRoPE(_GridRotary):
         >>> cfg = {"hidden_size": 1536, "num_attention_heads": 12, "rope_theta": 1e6,
         ...        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
         >>> MRoPE.from_hf(cfg)
-        MRoPE(head_dim=128, sections=(16, 24, 24), base=1000000.0, interleaved=False, pairing='half', max_len=4096)
+        MRoPE(head_dim=128, rotary_dim=128, sections=(16, 24, 24), base=1000000.0, interleaved=False, pairing='half', max_len=4096)
         """  # noqa: E501
-        return cls(**(mrope_from_hf(config) | overrides))
+        check_one_rope(config, layer_type=layer_type, mrope=True)
+        return cls(**(mrope_from_hf(config, layer_type=layer_type) | overrides))
 
     def extra_repr(self):
-        return (
-            f"head_dim={self.head_dim}, sections={self.sections}, base={self.base}, "
-            f"interleaved={self.interleaved}, pairing={self.pairing!r}, max_len={self.max_len}"
-        )
+        keys = ("head_dim", "rotary_dim", "sections", "base", "interleaved", "pairing", "max_len")
+        return ", ".join(f"{k}={getattr(self, k)!r}" for k in keys)
