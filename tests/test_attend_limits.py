@@ -1,8 +1,9 @@
 """``attend``'s window, chunk and documents each hide keys from a query; checked against a
 float64 NumPy oracle (``posenc.attention``), the mask built by hand from the docstring's words:
 
-* ``window=w``: query slot ``i`` sees key slots ``j`` with ``0 <= i - j < w``;
-* ``chunk=c``: query slot ``i`` sees key slots ``j <= i`` with ``i // c == j // c``;
+* ``window=w``: query position ``i`` sees key positions ``j`` with ``0 <= i - j < w``;
+* ``chunk=c``: query position ``i`` sees key positions ``j <= i`` with ``i // c == j // c``
+  (positions, not slots: in a packed row they restart at each document);
 * without causality, a window keeps ``j > i - w`` and documents still apply;
 * the same hidden keys through FlexAttention's block mask as through SDPA's float mask;
 * ``documents``: a packed row gives each document what it gets alone (RoPE's positions
@@ -84,9 +85,12 @@ def test_flex_attention_hides_the_same_keys():
     def limits(i, j):
         return 0 <= i - j < 2 and i // 4 == j // 4
 
+    def at(i):  # the position of slot i: it restarts at 0 with the second document
+        return i if i < 5 else i - 5
+
     for kw, rule in [
         ({}, limits),
-        ({"documents": docs}, lambda i, j: limits(i, j) and (i < 5) == (j < 5)),
+        ({"documents": docs}, lambda i, j: limits(at(i), at(j)) and (i < 5) == (j < 5)),
     ]:
         got = attend(q, k, v, window=2, chunk=4, backend="flex", **kw)
         want = _softmax_attention(*(t.double() for t in (q, k, v)), _visible(rule))

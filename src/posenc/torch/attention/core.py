@@ -200,9 +200,13 @@ def attend(
         ``score_mod`` (compiled on first use; inference only on the CPU); ``"auto"``
         (default): ``"flex"`` for score biases on CUDA, else ``"sdpa"``.
     window : int, optional
-        Sliding window: each query sees only the last ``window`` key slots up to its own.
+        Sliding window, counted in positions: the query at position ``q`` sees only keys at
+        positions ``k > q - window`` (positions, not slots: left-padded rows whose positions
+        start at their first real token, and each packed document, start it anew).
     chunk : int, optional
-        Chunked attention: each query sees only the keys of its chunk of ``chunk`` slots.
+        Chunked attention, counted in positions: only keys with ``k // chunk == q //
+        chunk``. Grid coordinates ``(batch, seq, n_axes)`` name no one position: both count
+        slots instead, from each row's first real token and each document's first.
     documents : torch.Tensor, optional
         Int64 ``(batch, seq)`` document ids of packed rows (self-attention, ``seq_q ==
         seq_k``), non-decreasing along a row: no query sees a key of another document, and

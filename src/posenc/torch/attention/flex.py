@@ -6,7 +6,8 @@ import threading
 
 import torch
 
-from posenc.torch.positions import len_of
+from posenc.torch.attention.mask import grid, real_index, within
+from posenc.torch.positions import len_of, position_at
 
 __all__ = ["flex_plan", "flex_attention_compiled"]
 
@@ -34,31 +35,24 @@ def flex_attention_compiled(device_type="cpu"):
     return _FLEX[device_type]
 
 
-def _within(ok, kv_idx, slot, limits):
-    """``ok`` and the sliding window and chunk of ``limits``: the slots a query may see."""
-    window, chunk = limits
-    if window is not None:
-        ok = ok & (kv_idx > slot - window)
-    if chunk is not None:
-        ok = ok & (kv_idx // chunk == slot // chunk)
-    return ok
-
-
-def _causal_block_mask(seq_q, seq_k, offset, device, limits=(None, None)):
+def _causal_block_mask(seq_q, seq_k, offset, device, limits=(None, None), starts=(0, 0)):
     """The causal ``BlockMask`` (queries at slots ``offset ..``; a sliding window or chunks
-    too), cached by shape: building one costs more than a small attention call (32 ms at
-    256 x 256 on a 2-core CPU)."""
+    too, over positions ``starts[0] ..`` and ``starts[1] ..`` of queries and keys), cached
+    by shape: building one costs more than a small attention call (32 ms at 256 x 256 on a
+    2-core CPU)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     device = torch.device("cpu") if device is None else torch.device(device)
-    key = (seq_q, seq_k, offset, str(device), limits)
+    starts = starts if limits != (None, None) else (0, 0)  # no limit: positions do not count
+    key = (seq_q, seq_k, offset, str(device), limits, starts)
     mask = _MASKS.get(key)
     if mask is None:
         shift = torch.tensor(offset, device=device)
+        q0, k0 = (torch.tensor(s, device=device) for s in starts)
 
         def causal(b, h, q_idx, kv_idx):
-            slot = q_idx + shift
-            return _within(kv_idx <= slot, kv_idx, slot, limits)
+            ok = kv_idx <= q_idx + shift
+            return ok if limits == (None, None) else ok & within(q_idx + q0, kv_idx + k0, limits)
 
         mask = create_block_mask(causal, None, None, seq_q, seq_k, device=device)
         with _MASKS_LOCK:  # threads share the cache: evict and insert as one step
@@ -66,6 +60,20 @@ def _causal_block_mask(seq_q, seq_k, offset, device, limits=(None, None)):
                 _MASKS.pop(next(iter(_MASKS)))  # the oldest
             _MASKS[key] = mask
     return mask
+
+
+def _limit_positions(q_positions, k_positions, offset, device, key_valid, documents):
+    """``f(b, idx)`` for queries and keys: the positions a window and a chunk count
+    (:func:`~posenc.torch.attention.mask.limit_positions`; grid coordinates: the slots,
+    counted from each row's first real token and each document's first)."""
+    if not (grid(q_positions) or grid(k_positions)):
+        moved = (p if isinstance(p, range) else p.to(device) for p in (q_positions, k_positions))
+        return tuple(position_at(p, device) for p in moved)
+    counted = key_valid is not None or documents is not None
+    if not counted or len_of(q_positions) > len_of(k_positions):
+        return (lambda b, idx: idx + offset), (lambda b, idx: idx)
+    r = real_index(key_valid, documents, device)  # (b, sk)
+    return (lambda b, idx: r[b, idx + offset]), (lambda b, idx: r[b, idx])
 
 
 def _mask_device(device, key_valid, q_start):
@@ -103,7 +111,8 @@ def flex_plan(
         Where the block mask lives; default: with ``key_valid`` or a tensor ``q_start``,
         their device, else the CPU (never torch's default or current device).
     limits : tuple
-        ``(window, chunk)``: a sliding window and chunked attention (``None``: none).
+        ``(window, chunk)``: a sliding window and chunked attention (``None``: none),
+        counted in positions as :func:`attention_mask` counts them.
     documents : tuple of torch.Tensor, optional
         ``(q_documents, k_documents)``, int64 ``(batch, seq_q)`` and ``(batch, seq_k)``: no
         query sees a key of another document (the block mask skips those blocks).
@@ -121,11 +130,14 @@ def flex_plan(
     score_mod = encoding.score_mod(q_positions, k_positions)
     if not causal and key_valid is None and limits == (None, None) and documents is None:
         return score_mod, None
+    ranges = isinstance(q_positions, range) and isinstance(k_positions, range)
     plain = causal and key_valid is None and documents is None
     plain = plain and not isinstance(q_start, torch.Tensor)
+    plain = plain and (ranges or limits == (None, None))  # limits count tensor positions
     if plain and not torch.compiler.is_compiling():  # depends on the shape alone: reuse it
+        starts = (q_positions.start, k_positions.start) if ranges else (0, 0)
         return score_mod, _causal_block_mask(
-            seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device, limits
+            seq_q, seq_k, seq_k - seq_q if q_start is None else q_start, device, limits, starts
         )
     device = _mask_device(device, key_valid, q_start)
     offset = seq_k - seq_q if q_start is None else q_start
@@ -134,17 +146,24 @@ def flex_plan(
     q_doc = k_doc = None  # bound either way: dynamo refuses a closure over an unset cell
     if documents is not None:
         q_doc, k_doc = (d.to(device) for d in documents)  # (b, sq), (b, sk)
+    q_at, k_at = _limit_positions(q_positions, k_positions, offset, device, key_valid,
+                                  documents)  # fmt: skip
 
     def visible(b, h, q_idx, kv_idx):
         slot = q_idx + offset
-        ok = _within(kv_idx <= slot if causal else kv_idx >= 0, kv_idx, slot, limits)
+        ok = kv_idx <= slot if causal else kv_idx >= 0
+        if limits != (None, None):  # counted in positions
+            ok = ok & within(q_at(b, q_idx), k_at(b, kv_idx), limits)
         if documents is not None:
             ok = ok & (q_doc[b, q_idx] == k_doc[b, kv_idx])
         if key_valid is not None:
             ok = (ok & key_valid[b, kv_idx]) | (kv_idx == slot)
         return ok
 
-    batch = None if key_valid is None else key_valid.shape[0]
+    rows = [] if key_valid is None else [key_valid.shape[0]]
     if documents is not None:  # every row its own documents: a block mask per row
-        batch = max(documents[0].shape[0], documents[1].shape[0])
+        rows += [documents[0].shape[0], documents[1].shape[0]]
+    if limits != (None, None):  # every row its own positions too
+        rows += [p.shape[0] for p in (q_positions, k_positions) if not isinstance(p, range)]
+    batch = max(rows, default=None)
     return score_mod, create_block_mask(visible, batch, None, seq_q, seq_k, device=device)

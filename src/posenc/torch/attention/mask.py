@@ -13,7 +13,8 @@ import threading
 
 import torch
 
-from posenc.torch.positions import len_of
+from posenc.torch.documents import positions_of
+from posenc.torch.positions import len_of, position_tensor
 
 __all__ = ["attention_mask", "check_limits", "release"]
 
@@ -48,11 +49,13 @@ def attention_mask(
     device : torch.device, optional
         Where the mask is built.
     window : int, optional
-        Sliding window: key slot ``j`` is visible to query slot ``i`` only if
-        ``i - window < j`` (Mistral's, Gemma's local layers).
+        Sliding window, counted in positions: the key at position ``k`` is visible to the
+        query at position ``q`` only if ``q - k < window`` (Mistral's, Gemma's local layers).
+        Grid coordinates ``(b, seq, n_axes)`` count the slots instead, from each row's first
+        real token (``key_valid``).
     chunk : int, optional
-        Chunked attention: only keys in the query's chunk of ``chunk`` slots are visible
-        (Llama 4's local layers).
+        Chunked attention, counted in positions: only keys with ``k // chunk == q //
+        chunk`` are visible (Llama 4's local layers; grid coordinates: slots).
 
     Returns
     -------
@@ -72,7 +75,7 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
     workspace that the step holds until :func:`release` (nobody else writes it meanwhile).
     ``q_start`` (an int or a 0-d tensor): the key slot of the first query, when the keys
     are a whole static cache buffer rather than ending at the last query. ``limits``:
-    ``(window, chunk)``, each ``None`` or a number of slots. ``documents``: ``(q_documents,
+    ``(window, chunk)``, each ``None`` or a number of positions. ``documents``: ``(q_documents,
     k_documents)``, int64 ``(batch, seq_q)`` and ``(batch, seq_k)``, or ``None``. ``order``:
     the queries' and keys' global indices ``((seq_q,), (seq_k,))`` where they are not the
     slots ``0 ..`` (context parallelism), or ``None``."""
@@ -99,7 +102,7 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
         if seq_q == seq_k:
             return None, True  # SDPA's is_causal aligns to the start: right when sq == sk
     allowed = _allowed(seq_q, seq_k, causal, key_valid, device, q_start, limits, documents,
-                       order)  # fmt: skip
+                       order, (q_positions, k_positions))  # fmt: skip
     if allowed is None:
         return bias.to(dtype), False
     hidden = torch.zeros_like(allowed, dtype=dtype).masked_fill_(
@@ -147,9 +150,11 @@ def release(step) -> None:
 
 
 def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None, limits=(None, None),
-             documents=None, order=None):  # fmt: skip
-    """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all)."""
-    window, chunk = limits
+             documents=None, order=None, positions=None):  # fmt: skip
+    """Bool ``(b|1, 1, seq_q, seq_k)``: which key slot each query slot may see, or None (all).
+
+    Causality and padding count slots; a window and a chunk count ``positions``
+    (``(q_positions, k_positions)``, see :func:`limit_positions`)."""
     extra = key_valid is not None or documents is not None or order is not None
     if not causal and not extra and limits == (None, None):
         return None
@@ -160,17 +165,70 @@ def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None, limits=(None
         i = torch.arange(seq_q, device=device)[:, None] + first  # query slots (sq, 1)
         j = torch.arange(seq_k, device=device)[None]  # key slots (1, sk)
     allowed = (j <= i) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
-    if window is not None:
-        allowed = allowed & (j > i - window)  # the last ``window`` slots up to the query
-    if chunk is not None:
-        allowed = allowed & (j // chunk == i // chunk)  # the query's own chunk
     allowed = allowed[None, None]  # (1, 1, sq, sk)
+    if limits != (None, None):
+        rows = (key_valid, documents) if order is None else (None, None)  # global: no row order
+        p, r = limit_positions(positions, i, j, device, *rows)  # (b|1, sq, 1), (b|1, 1, sk)
+        allowed = allowed & within(p, r, limits)[:, None]  # (b|1, 1, sq, sk)
     if documents is not None:  # never across documents
         q_doc, k_doc = (d.to(device) for d in documents)  # (b, sq), (b, sk)
         allowed = allowed & (q_doc[:, None, :, None] == k_doc[:, None, None, :])  # (b,1,sq,sk)
     if key_valid is not None:
         allowed = (allowed & key_valid[:, None, None, :].to(device)) | (j == i)  # (b, 1, sq, sk)
     return allowed
+
+
+def limit_positions(positions, i, j, device, key_valid=None, documents=None):
+    """What a window and a chunk count: the query and key positions, int64 ``(b|1, sq, 1)``
+    and ``(b|1, 1, sk)`` (after left padding they start at the first real token, in a packed
+    row at each document; after a packed prefill they continue the last document), as HF's
+    ``masking_utils`` count them. Grid coordinates (M-RoPE's ``(b, seq, n_axes)``) name no
+    one position (an image token's axes differ): they count the slots ``i`` ``(sq, 1)`` and
+    ``j`` ``(1, sk)`` instead, from each row's first real token and each document's first
+    (:func:`real_index`) where a padding mask or documents are given (not with more queries
+    than keys, which are no slots of theirs)."""
+    if positions is not None and not any(grid(p) for p in positions):
+        q, k = positions
+        return position_tensor(q, device)[:, :, None], position_tensor(k, device)[:, None, :]
+    if (key_valid is None and documents is None) or i.shape[0] > j.shape[1]:
+        return i[None], j[None]
+    r = real_index(key_valid, documents, device)  # (b, sk)
+    return r[:, i[:, 0]][:, :, None], r[:, None, :]
+
+
+def real_index(key_valid, documents, device) -> torch.Tensor:
+    """Int64 ``(b, sk)``: each key slot's index among the real slots of its document (padding
+    skipped, 0 at each row's first real token and each document's first); ``key_valid`` bool
+    ``(b, sk)`` or ``None``, ``documents`` ``(q_documents, k_documents)`` or ``None``."""
+    k_doc = None if documents is None else documents[1].to(device)  # (b, sk)
+    if key_valid is None:
+        real = torch.ones_like(k_doc)
+    else:
+        real = key_valid.to(device).long()
+    before = real.cumsum(1) - real  # (b, sk): real slots before each slot
+    if k_doc is None:
+        return before
+    first = torch.arange(k_doc.shape[1], device=device) - positions_of(k_doc)  # its document's
+    return before - before.gather(1, first.expand_as(before))
+
+
+def grid(positions) -> bool:
+    """Whether ``positions`` are grid coordinates ``(b|1, seq, n_axes)``."""
+    return not isinstance(positions, range) and positions.dim() == 3
+
+
+def within(p, r, limits):
+    """Bool: key position ``r`` is inside the window and the chunk of query position ``p``
+    (``limits``: ``(window, chunk)``, each ``None`` or an int); broadcasts (tensors, or the
+    index tensors of a FlexAttention ``mask_mod``)."""
+    window, chunk = limits
+    ok = None
+    if window is not None:
+        ok = p - r < window  # the last ``window`` positions up to the query's (earlier ones out)
+    if chunk is not None:
+        same = p // chunk == r // chunk  # the query's own chunk of positions
+        ok = same if ok is None else ok & same
+    return ok
 
 
 def check_limits(window, chunk) -> tuple:

@@ -251,7 +251,8 @@ class TransformerLM(nn.Module):
             whole sequence is re-run every step (for comparison).
         padding_mask : torch.Tensor, optional
             Bool ``(batch, seq)``, ``False`` on the left padding of the prompt; each row's
-            positions then start at 0 on its first real token.
+            positions then start at 0 on its first real token, and so do the windows and
+            chunks of its layers (counted in positions).
 
         Returns
         -------

@@ -49,11 +49,15 @@ class MultiHeadAttention(nn.Module):
         The attention kernel (``"flex"``: inference only on the CPU; ``"auto"``:
         ``"flex"`` for score biases on CUDA, else ``"sdpa"``).
     window : int, optional
-        Sliding window: each query sees the last ``window`` key slots up to its own
-        (Mistral, Gemma's local layers).
+        Sliding window, counted in positions: the query at position ``q`` sees the keys at
+        positions ``q - window < k`` (Mistral, Gemma's local layers); after left padding
+        and in packed documents the positions restart, so the window does too.
     chunk : int, optional
-        Chunked attention: each query sees only the keys of its own chunk of ``chunk``
-        slots (Llama 4's layers with RoPE).
+        Chunked attention, counted in positions: the query at position ``q`` sees only the
+        keys with ``k // chunk == q // chunk`` (Llama 4's layers with RoPE; chunks start at
+        each row's first real token and at each document, as in HF's ``masking_utils``).
+        Grid coordinates (M-RoPE) count both in slots instead, from each row's first real
+        token and each document's first.
 
     Examples
     --------

@@ -31,10 +31,11 @@ class Layer:
         Acts on the layer's queries and keys or its scores; ``None``: no position (NoPE).
         Layers that should share one encoding (and its parameters) pass the same object.
     window : int, optional
-        Sliding window: each query sees the last ``window`` key slots up to its own.
+        Sliding window: each query sees the keys of the last ``window`` positions up to its
+        own (counted in positions: after left padding, within each packed document).
     chunk : int, optional
         Chunked attention: each query sees only the keys of its own chunk of ``chunk``
-        slots (Llama 4).
+        positions (Llama 4).
     attention : bool, default True
         ``False`` marks a layer of the model that has no attention and so no position (a
         recurrent layer -- Mamba, Gated DeltaNet as in Qwen3-Next -- or a convolution):
