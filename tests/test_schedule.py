@@ -259,6 +259,10 @@ def test_schedule_refusals_name_the_offending_object():
     with pytest.raises(ValueError, match=r"same number of position axes, got \[1, 3\]$"):
         Schedule([Layer(rope), Layer(mrope)])
     assert Schedule([Layer(mrope), Layer(None)]).layers[1].encoding is None
+    # a layer without attention (Qwen3-Next's linear attention) is not a NoPE attention layer
+    hybrid = Schedule([Layer(rope), Layer(attention=False)])
+    with pytest.raises(ValueError, match=r"^schedule layer 1 has no attention \(a recurrent"):
+        TransformerLM(VOCAB, DIM, 2, HEADS, schedule=hybrid)
 
 
 def test_schedule_state_dict_round_trip_and_one_entry_per_shared_encoding():

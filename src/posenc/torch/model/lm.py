@@ -119,6 +119,12 @@ class TransformerLM(nn.Module):
             raise ValueError(f"schedule must be a Schedule, got {type(schedule).__name__}")
         elif len(schedule) != self.depth:
             raise ValueError(f"schedule must have depth={depth} layers, got {len(schedule)}")
+        elif not all(layer.attention for layer in schedule):
+            i = next(i for i, layer in enumerate(schedule) if not layer.attention)
+            raise ValueError(
+                f"schedule layer {i} has no attention (a recurrent or linear-attention layer): "
+                "TransformerLM runs softmax attention in every layer, which is not that model"
+            )
         else:
             self.encodings = nn.ModuleList(schedule.encodings)  # the model owns them
         self.schedule = schedule
