@@ -38,3 +38,15 @@ if os.environ.get("MUTANT_UNDER_TEST") == "stats":  # pragma: no cover - mutmut 
 
     trampoline.MutmutCallStack = _TraceableStack
     trampoline.record_trampoline_hit = _traceable_hit
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def no_kept_masks(monkeypatch):
+    """The per-thread workspace path of score-bias masks, as tensor positions and large
+    masks take it: step masks over ranges are not kept (posenc.torch.attention.reuse)."""
+    from posenc.torch.attention import reuse
+
+    monkeypatch.setattr(reuse, "MAX_ELEMENTS", 0)

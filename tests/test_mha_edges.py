@@ -218,7 +218,7 @@ def test_projections_are_handed_over_inplace_only_outside_autograd():
     assert spy.flags == [False, True, True, True, True]
 
 
-def test_inference_calls_reuse_one_score_bias_buffer():
+def test_inference_calls_reuse_one_score_bias_buffer(no_kept_masks):
     torch.manual_seed(4)
     enc = _Distance()
     attn = MultiHeadAttention(8, 2, encoding=enc, backend="sdpa").double()

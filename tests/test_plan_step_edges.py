@@ -136,7 +136,7 @@ def _step(q_positions):
 
 
 @pytest.mark.parametrize("rows", [1, 2])
-def test_the_reused_bias_buffer_has_one_row_per_position_row(rows):
+def test_the_reused_bias_buffer_has_one_row_per_position_row(rows, no_kept_masks):
     # inference with a step: the score bias goes into the per-thread workspace, shaped
     # (rows of positions, heads, seq_q, seq_k); positions per row (2 rows, 5 tokens) differ
     pos = torch.tensor([[0, 1, 2, 3, 4], [3, 4, 5, 6, 7]])[:rows]
@@ -162,7 +162,7 @@ class _OnItsDevice(PositionalEncoding):
         return out.fill_(0.5)
 
 
-def test_the_reused_bias_buffer_is_made_on_the_device_asked_for():
+def test_the_reused_bias_buffer_is_made_on_the_device_asked_for(no_kept_masks):
     step = _step(range(3))
     try:
         with torch.no_grad():
@@ -217,7 +217,7 @@ def test_auto_plans_flex_for_a_score_bias_on_cuda_with_the_mask_there(monkeypatc
     assert seen["device"] == device and seen["causal"] is True and seen["q_start"] is None
 
 
-def test_a_plan_that_fails_gives_the_workspace_back():
+def test_a_plan_that_fails_gives_the_workspace_back(no_kept_masks):
     with torch.no_grad(), pytest.raises(ValueError, match="gives 3 heads, attention has 2"):
         _plan(_WrongHeads())
     assert getattr(mask_mod._LOCAL, "holder", None) is None
@@ -227,7 +227,7 @@ def test_a_plan_that_fails_gives_the_workspace_back():
     mask_mod.release(step)
 
 
-def test_a_step_released_from_another_thread_is_left_to_its_own():
+def test_a_step_released_from_another_thread_is_left_to_its_own(no_kept_masks):
     with torch.no_grad():
         step = _plan(ALiBi(2))
     errors = []

@@ -227,7 +227,7 @@ def test_a_hook_running_another_attention_between_layers_changes_nothing(name):
     torch.testing.assert_close(changed[:, :-1], clean[:, :-1], rtol=0, atol=0)  # causal
 
 
-def test_the_workspace_is_reused_by_consecutive_steps_and_not_held_after_a_failure():
+def test_the_workspace_is_reused_by_consecutive_steps_and_not_held_after_a_failure(no_kept_masks):
     from posenc.torch.attention import mask as mask_mod
 
     lm = _lm("alibi").eval()

@@ -13,6 +13,7 @@ import threading
 
 import torch
 
+from posenc.torch.attention import reuse
 from posenc.torch.documents import positions_of
 from posenc.torch.positions import len_of, position_tensor
 
@@ -79,6 +80,23 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
     k_documents)``, int64 ``(batch, seq_q)`` and ``(batch, seq_k)``, or ``None``. ``order``:
     the queries' and keys' global indices ``((seq_q,), (seq_k,))`` where they are not the
     slots ``0 ..`` (context parallelism), or ``None``."""
+    plain = key_valid is None and q_start is None and documents is None and order is None
+    kept = None  # a step's mask over range positions, kept per encoding (.reuse)
+    if step is not None and plain and "scores" in encoding.places:
+        kept = reuse.key(encoding, q_positions, k_positions, causal, heads, dtype, device, limits)
+        found = reuse.get(encoding, kept)
+        if found is not None:
+            return found
+    mask, is_causal = _fresh(encoding, q_positions, k_positions, causal, key_valid, heads, dtype,
+                             device, None if kept is not None else step, q_start, limits,
+                             documents, order)  # fmt: skip
+    reuse.put(encoding, kept, mask, is_causal)
+    return mask, is_causal
+
+
+def _fresh(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device, step,
+           q_start, limits, documents, order):  # fmt: skip
+    """:func:`_mask` built anew (into the thread's workspace if ``step`` is given)."""
     seq_q, seq_k = len_of(q_positions), len_of(k_positions)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = None  # inference: a reused buffer saves the page faults of a fresh (b, h, sq, sk)
@@ -110,7 +128,7 @@ def _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, d
     )  # 0 where visible, -inf where hidden (exact in any dtype): (b|1, 1, sq, sk), small
     if bias is None:
         return hidden, False
-    if bias is out and bias.shape == torch.broadcast_shapes(bias.shape, hidden.shape):
+    if bias is out and all(h in (1, b) for b, h in zip(bias.shape, hidden.shape, strict=True)):
         return bias.add_(hidden), False  # our buffer, already in dtype: in place, no faults
     return (bias.to(work) + hidden.to(work)).to(dtype), False
 
@@ -156,7 +174,8 @@ def _allowed(seq_q, seq_k, causal, key_valid, device, q_start=None, limits=(None
     Causality and padding count slots; a window and a chunk count ``positions``
     (``(q_positions, k_positions)``, see :func:`limit_positions`)."""
     extra = key_valid is not None or documents is not None or order is not None
-    if not causal and not extra and limits == (None, None):
+    last = seq_q == 1 and q_start is None  # one query at the last slot: it sees every key
+    if (not causal or last) and not extra and limits == (None, None):
         return None
     if order is not None:  # global indices: the sequence is split across ranks
         i, j = order[0].to(device)[:, None], order[1].to(device)[None]  # (sq, 1), (1, sk)

@@ -64,6 +64,11 @@ class PositionalEncoding(DerivedState):
     #: with it raises ``ValueError``), such as ALiBi's ``-m (i - j)`` without ``symmetric``.
     requires_causal: bool = False
 
+    #: Whether ``score_bias`` is a function of the encoding's tensors, its plain attributes
+    #: and the positions alone, so that attention may keep a step's mask over ``range``
+    #: positions between calls (:mod:`posenc.torch.attention.reuse`); off by default.
+    reuses_masks: bool = False
+
     def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
         """Add position to token embeddings (default: return ``x`` unchanged).
 
