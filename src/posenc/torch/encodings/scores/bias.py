@@ -32,6 +32,7 @@ class _ScoreBias(PositionalEncoding):
     """Plumbing shared by the score encodings: ``forward`` returns the bias."""
 
     heads: int
+    reuses_masks = True  # the bias depends on the tables, weights and settings alone
 
     def forward(self, q_positions, k_positions=None):
         """The bias for these positions (``k_positions`` defaults to ``q_positions``).
