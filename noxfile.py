@@ -141,10 +141,13 @@ def atlas(session: nox.Session) -> None:
     """The model atlas: every position scheme of the pinned transformers against posenc.
 
     Runs tools/atlas.py (HF's own rotary classes and apply functions, BLOOM's and MPT's
-    ALiBi, T5's buckets, on each config class's defaults) into
-    benchmarks/results/atlas.json, which the "Model atlas" page renders (the docs build does
-    not import transformers). About a minute on 2 cores. ``-- --only llama gemma3`` runs
-    some model directories only.
+    ALiBi, T5's buckets, on each config class's defaults; M-RoPE also on image and video
+    positions; and, for every model type with a per-layer scheme and a sample of others,
+    HF's own attention per layer of a tiny float64 model in both config layouts against
+    posenc's ``attend``: tools/atlas_e2e.py) into benchmarks/results/atlas.json, which the
+    "Model atlas" page renders (the docs build does not import transformers). About five
+    minutes on 2 cores. ``-- --only llama gemma3`` runs some model directories only;
+    ``-- --no-e2e`` skips the end-to-end check (about 20 s).
     """
     _install(session, "test")
     args = list(session.posargs) or []

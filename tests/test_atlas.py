@@ -30,7 +30,8 @@ def test_one_model_per_scheme_is_exact_against_transformers(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "atlas.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *sys.path])}
-    command = [sys.executable, str(ROOT / "tools" / "atlas.py"), "--only", *SUBSET]
+    # the rotary comparison only: tests/test_atlas_e2e.py runs the end-to-end check
+    command = [sys.executable, str(ROOT / "tools" / "atlas.py"), "--no-e2e", "--only", *SUBSET]
     subprocess.run([*command, "--out", str(out)], check=True, env=env, capture_output=True,
                    timeout=600)  # fmt: skip
     rows = json.loads(out.read_text())["rows"]
@@ -50,12 +51,36 @@ def test_the_committed_atlas_meets_the_bar_and_says_why_for_every_gap():
     runs = {t: [s for s in st if s not in skip] for t, st in by.items()}
     runs = {t: st for t, st in runs.items() if st}
     exact = [t for t, st in runs.items() if all(s == "exact" for s in st)]
-    # issue 29 asked for 95 %; 205 of 216 (94.9 %) since OpenAI's privacy filter, counted
-    # exact with its bidirectional window ignored, is refused by name. Back to 95 % needs
-    # symmetric windows for non-causal attention (posenc's look back only).
-    assert len(exact) >= 205 and len(exact) / len(runs) >= 0.949, (len(exact), len(runs))
+    # A floor that only goes up. Since issue 40 a model type with a per-layer scheme counts as
+    # exact only if HF's attention matches posenc's in every layer of both config layouts
+    # (tools/atlas_e2e.py): 172 of 216 when that check came in, with the fixes of issue 40's
+    # other classes (layer rules, M-RoPE layouts, Gemma 4's full-layer width) still to land.
+    assert len(exact) >= 172 and len(exact) / len(runs) >= 0.79, (len(exact), len(runs))
     for r in result["rows"]:
         if r["status"] != "exact":
             assert r.get("reason", "").strip(), r  # every other row says why
         else:
             assert r.get("call") and float(r["error"]) < 1e-3
+
+
+def test_the_committed_atlas_is_exact_end_to_end_only_where_every_layer_matches():
+    """A row checked end to end is exact only if HF's attention output matches posenc's in
+    every layer of both layouts, and no layer without attention has an encoding."""
+    rows = json.loads(ATLAS.read_text())["rows"]
+    checked = [r for r in rows if "e2e" in r]
+    assert len(checked) >= 80  # every per-layer model type and a sample of plain ones
+    for r in checked:
+        e2e = r["e2e"]
+        if r["status"] != "exact":
+            assert r["reason"].strip(), r
+            continue
+        assert e2e["status"] == "exact", r["model_type"]
+        for layout in ("default", "v4"):
+            assert e2e[layout]["status"] in ("exact", "no-v4"), (r["model_type"], layout)
+        for note in e2e["default"]["layers"]:
+            assert "posenc gives" not in note
+            assert "no attention" in note or float(note.rsplit(" ", 1)[1]) <= 1e-6, note
+    for r in rows:  # M-RoPE: image and video positions too
+        grid = r.get("grid", {})
+        if r["status"] == "exact":
+            assert all(g["status"] in ("exact", "refused") for g in grid.values()), r

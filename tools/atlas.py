@@ -6,9 +6,13 @@ cos/sin at positions 0..S-1, its ``apply_rotary_pos_emb`` rotates random q and k
 full forward, then one cached decode step at position S-1 alone), and posenc, built from
 the same config by ``posenc.hf``, rotates the same q and k. Each row records the model
 type, the scheme, the posenc call, the largest difference, a status and, where posenc
-does not reproduce the model, why.
+does not reproduce the model, why. M-RoPE classes are also run on image and video
+positions (tools/atlas_e2e_mrope.py). Model types with a per-layer scheme, and a sample of
+others, are checked end to end (tools/atlas_e2e.py): per layer, HF's own attention on a
+tiny float64 model against posenc's ``attend``, in both config layouts; such a row is
+exact only if every layer matches.
 
-    python tools/atlas.py [--only llama gemma3 ...] [--out benchmarks/results/atlas.json]
+    python tools/atlas.py [--only llama gemma3 ...] [--no-e2e] [--out benchmarks/results/atlas.json]
 
 ``nox -s atlas`` runs it into benchmarks/results/atlas.json; tests/test_atlas.py runs one
 model per scheme. transformers is imported here only, never by posenc or the docs build.
@@ -97,9 +101,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only", nargs="+", help="model directories to run")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "atlas.json"))
+    parser.add_argument(
+        "--no-e2e",
+        action="store_true",
+        help="skip the end-to-end attention check (rotary classes only)",
+    )
     args = parser.parse_args(argv)
     import transformers
     from atlas_cases import run_case  # noqa: E402  (this directory)
+    from atlas_e2e import check  # noqa: E402
+
+    transformers.logging.set_verbosity_error()
 
     rows, start = [], time.perf_counter()
     for name, module in modeling_modules():
@@ -110,6 +122,9 @@ def main(argv=None):
                          "reason": f"the modeling module does not import: {module}"})  # fmt: skip
             continue
         for row in run_case(name, module):
+            config = row.pop("_config", None)
+            if not args.no_e2e:
+                row = check(row, module, config)
             rows.append(row)
             print(f"{row['model_type']:32s} {row['status']:10s} {row.get('error', ''):>10} "
                   f"{row.get('reason', '')[:90]}", flush=True)  # fmt: skip

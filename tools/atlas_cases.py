@@ -6,6 +6,7 @@ import inspect
 
 import torch
 from atlas import S, config_class_of, hf_cos_sin, rotary_classes, tolerance
+from atlas_e2e_mrope import compare_grid, is_mrope
 
 HEADS = 2
 
@@ -143,7 +144,7 @@ def run_case(name, module):
             why = "the module has no apply function: its rotation is inside the attention"
             rows.append(row | {"status": "no-apply", "reason": why})
             continue
-        rows.append(_compare(row, config, rot, apply))
+        rows.append(_compare(row, config, rot, apply) | {"_config": config})
     return rows
 
 
@@ -205,16 +206,27 @@ def _compare(row, config, rot, apply):
         err = max(_score_error(got_q, got_k, want_q, want_k),
                   _score_error(gq, got_k, dq, want_k))  # fmt: skip
         worst = max(worst, err)
+        if is_mrope(call_rot):  # text positions cannot tell M-RoPE's layout: image and video
+            try:
+                grid = compare_grid(call_rot, apply, config, enc, call, width, _hf_rotate,
+                                    _score_error, tolerance)  # fmt: skip
+            except Exception as err:  # HF's own code on 3-D positions
+                grid = {"HF": {"status": "hf-fails", "reason": f"{type(err).__name__}: {err}"}}
+            row = row | {"grid": grid}
         calls.append(call)
         kinds.append(layer_type)
         encs.append(enc)
     tol = tolerance(S - 1)
     status = "exact" if worst <= tol else "differs"
     out = row | {"status": status, "error": f"{worst:.2e}", "call": "; ".join(sorted(set(calls)))}
+    silent = [f"{name}: {r['reason']}" for name, r in row.get("grid", {}).items()
+              if r["status"] == "differs"]  # refusals by name are not silent  # fmt: skip
+    if status == "exact" and silent:
+        out |= {"status": "differs", "reason": "M-RoPE, text positions exact; " + "; ".join(silent)}
     out |= _describe(config, encs)
     if kinds != [None]:
         out["layer_types"] = kinds
-    if status == "differs":
+    if status == "differs" and not silent:
         out["reason"] = f"max difference {worst:.2e} > tolerance {tol:.1e}"
     return out
 
@@ -294,12 +306,18 @@ def _compare_axial(row, config, rot, module):
     except Exception as err:
         why = f"{type(err).__name__}: {err}"
         return row | {"status": "hf-fails", "reason": f"HF's vision rotation fails: {why}"[:300]}
-    try:
+    call = "AxialRotaryEmbedding.from_hf(config)"
+    try:  # a refusal is a ValueError at build time; one at apply time is a wrong build
         enc = AxialRotaryEmbedding.from_hf(config)
+    except ValueError as err:
+        return row | {"status": "refused", "reason": str(err)[:300], "scheme": "2-D axial"}
+    try:
         got_q, got_k = enc.encode_qk(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                      pos[None], pos[None])  # fmt: skip
     except ValueError as err:
-        return row | {"status": "refused", "reason": str(err)[:300], "scheme": "2-D axial"}
+        why = f"{call} builds, but does not fit HF's rotation (width {width}): {err}"
+        return row | {"status": "differs", "reason": why[:300], "scheme": "2-D axial",
+                      "call": call}  # fmt: skip
     to_hf = lambda t: t[0].transpose(0, 1)  # noqa: E731  (1, heads, n, dim) -> (n, heads, dim)
     err = _score_error(to_hf(got_q).transpose(0, 1)[None], to_hf(got_k).transpose(0, 1)[None],
                        want_q.transpose(0, 1)[None], want_k.transpose(0, 1)[None])  # fmt: skip
