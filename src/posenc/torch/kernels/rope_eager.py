@@ -73,14 +73,17 @@ def rotate_expr(x, cs, pairing):
     """Differentiable and traceable: computed in ``cs.dtype``, rounded once to ``x.dtype``."""
     h = cs.shape[-2]
     r = 2 * h
-    cos, sin = cs[..., 0], cs[..., 1]  # (..., seq, r // 2) each
-    x1, x2 = (t.to(cs.dtype) for t in _pairs(x, h, pairing))
+    cos, sin = cs.unbind(-1)  # (..., seq, r // 2) each
+    x1, x2 = _pairs(x, h, pairing)
+    if x.dtype != cs.dtype:  # (a same-dtype .to() is a no-op that still costs a dispatch)
+        x1, x2 = x1.to(cs.dtype), x2.to(cs.dtype)
     o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin  # (..., seq, r // 2) each
     if pairing == "half":
         rot = torch.cat([o1, o2], -1)  # (..., seq, r)
     else:
         rot = torch.stack([o1, o2], -1).flatten(-2)  # (..., seq, r)
-    rot = rot.to(x.dtype)
+    if rot.dtype != x.dtype:
+        rot = rot.to(x.dtype)
     return torch.cat([rot, x[..., r:]], -1) if r < x.shape[-1] else rot
 
 
