@@ -30,9 +30,15 @@ def _graph_ops(lm, idx):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("make", [lambda: RotaryEmbedding(8, max_len=32),
-                                  lambda: RotaryEmbedding(8, pairing="interleaved", max_len=32),
-                                  lambda: XPos(8, max_len=32)], ids=["half", "interleaved", "xpos"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RotaryEmbedding(8, max_len=32),
+        lambda: RotaryEmbedding(8, pairing="interleaved", max_len=32),
+        lambda: XPos(8, max_len=32),
+    ],
+    ids=["half", "interleaved", "xpos"],
+)
 def test_the_cuda_rows_compiled_training_step_holds_no_opaque_op(make, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton "fits" CPU tensors: the row decides
     for mode in ("plain", "autograd", "compile"):

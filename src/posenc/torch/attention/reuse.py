@@ -7,8 +7,9 @@ the same keys, or a loop at one length, would rebuild the same tensor on every c
 kept here instead, weakly per encoding (it goes with the module), for the encodings that
 declare their bias a function of their tensors and settings (``reuses_masks``: ALiBi, T5,
 KERPLE, FIRE), under a key that changes whenever one of those does (a training step, a
-load, ``.to()``, a swapped ``.data``, a flag set by hand). Small masks only; never one that requires grad (it belongs to one call's
-graph), never while compiling, and never one handed to a caller who could write into it.
+load, ``.to()``, a swapped ``.data``, a flag set by hand). Small masks only; never one
+that requires grad (it belongs to one call's graph), never while compiling, and never one
+handed to a caller who could write into it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,14 @@ def key(encoding, q_positions, k_positions, causal, heads, dtype, device, limits
     size = (heads or 1) * len(q_positions) * len(k_positions)
     if size > MAX_ELEMENTS or torch.compiler.is_compiling():
         return None  # a large mask goes to the thread's workspace instead
-    tensors = itertools.chain(encoding.parameters(), encoding.buffers())
+    if encoding._modules:  # FIRE's MLP: every tensor below it too
+        tensors = itertools.chain(encoding.parameters(), encoding.buffers())
+    else:  # a leaf module: its own dicts (parameters() walks the tree, several us a call)
+        tensors = itertools.chain(encoding._parameters.values(), encoding._buffers.values())
     state = []
     for t in tensors:
+        if t is None:  # a registered None (no bias, say)
+            continue
         if t.requires_grad and torch.is_grad_enabled():
             return None  # the bias would belong to this call's graph
         if torch._C._functorch.is_functorch_wrapped_tensor(t):

@@ -22,6 +22,8 @@ into a tensor.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from posenc.torch.encodings.derived import DerivedState
@@ -199,13 +201,7 @@ class PositionalEncoding(DerivedState):
     @property
     def places(self) -> tuple[str, ...]:
         """The places (``"input"``, ``"qk"``, ``"scores"``) whose hooks this class overrides."""
-        hooks = ("encode_input", "encode_qk", "score_bias")
-        cls = type(self)
-        return tuple(
-            place
-            for place, hook in zip(PLACES, hooks, strict=True)
-            if getattr(cls, hook) is not getattr(PositionalEncoding, hook)
-        )
+        return _places(type(self))
 
 
 class NoPE(PositionalEncoding):
@@ -238,3 +234,14 @@ class NoPE(PositionalEncoding):
             ``x`` itself.
         """
         return x
+
+
+@functools.cache
+def _places(cls) -> tuple[str, ...]:
+    """:attr:`PositionalEncoding.places` of a class (read on every attention call: kept)."""
+    hooks = ("encode_input", "encode_qk", "score_bias")
+    return tuple(
+        place
+        for place, hook in zip(PLACES, hooks, strict=True)
+        if getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+    )
