@@ -7,6 +7,8 @@ without reading a tensor. These helpers validate user input and convert between 
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from posenc.torch.position_values import check_values
@@ -137,21 +139,64 @@ def position_at(positions, device=None):
     positions : torch.Tensor or range
         As passed to a hook.
     device : torch.device, optional
-        Where a ``range``'s start is put: it is a tensor, not a Python int, so a compiled
-        kernel does not specialise on it and is reused as a KV cache grows.
+        Where a ``range``'s start is put (default: torch's default device): it is a 0-d
+        tensor, not a Python int, so a compiled kernel does not specialise on it and is
+        reused as a KV cache grows. In eager mode it is a view into a table of ints built
+        once per device, so no call copies anything to the device.
 
     Returns
     -------
     callable
         ``f(b, idx) -> int64 tensor``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.torch.positions import position_at
+    >>> position_at(range(5, 9), "cpu")(0, torch.tensor([0, 3]))
+    tensor([5, 8])
     """
     if isinstance(positions, range):
-        start = torch.tensor(positions.start, device=device)
+        start = _int_on(positions.start, device)
         return lambda b, idx: idx + start
     if positions.shape[0] == 1:
         row = positions[0]
         return lambda b, idx: row[idx]
     return lambda b, idx: positions[b, idx]
+
+
+_INTS = {}  # device -> int64 (n, 2), row i holding i: 0-d views 16-byte aligned
+_INTS_LOCK = threading.Lock()
+_INTS_MAX = 1 << 20  # 16 MiB per device at most; larger values are copied per call
+
+
+def _int_on(value, device=None):
+    """``value`` as a 0-d int64 tensor on ``device`` that costs no host-to-device copy: a
+    view into a table built once per device (again when a larger value comes), or, while
+    tracing or past the table's bound, a new tensor."""
+    device = _concrete(torch.get_default_device() if device is None else device)
+    if torch.compiler.is_compiling() or not 0 <= value < _INTS_MAX:
+        return torch.tensor(value, device=device)
+    ints = _INTS.get(device)
+    if ints is None or value >= ints.shape[0]:
+        with _INTS_LOCK:  # threads share the table: grow it once
+            ints = _INTS.get(device)
+            if ints is None or value >= ints.shape[0]:
+                n = min(_INTS_MAX, max(4096, 1 << (2 * value + 1).bit_length()))
+                with torch.inference_mode(False), torch.no_grad():  # usable when training
+                    ints = torch.arange(n, device=device).repeat_interleave(2).view(n, 2)
+                _INTS[device] = ints
+    return ints[value, 0]  # a view: no copy, no kernel
+
+
+def _concrete(device):
+    """``device`` with its index (``cuda`` -> ``cuda:<current>``): a table kept for one
+    device is never handed to another."""
+    device = torch.device(device)
+    if device.index is None and device.type not in ("cpu", "meta"):
+        index = torch.get_device_module(device.type).current_device()
+        device = torch.device(device.type, index)
+    return device
 
 
 def relative_positions(q_positions, k_positions, device=None) -> torch.Tensor:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import torch
 
 from posenc.torch.attention.mask import grid, real_index, within
-from posenc.torch.positions import len_of, position_at
+from posenc.torch.positions import _concrete, _int_on, len_of, position_at
 
 __all__ = ["flex_plan", "flex_attention_compiled"]
 
 
 _FLEX = {}
-_MASKS = {}  # (seq_q, seq_k, offset, device): causal BlockMask, built once per shape
+_MASKS = {}  # (seq_q, seq_k, offset, device, ...): BlockMask, built once per shape
 _MASKS_KEPT = 16
 _MASKS_LOCK = threading.Lock()
+_BLOCK = 128  # create_block_mask's default block size, both sides
 
 
 def flex_attention_compiled(device_type="cpu"):
@@ -42,7 +44,7 @@ def _causal_block_mask(seq_q, seq_k, offset, device, limits=(None, None), starts
     2-core CPU)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    device = torch.device("cpu") if device is None else torch.device(device)
+    device = torch.device("cpu") if device is None else _concrete(device)
     starts = starts if limits != (None, None) else (0, 0)  # no limit: positions do not count
     key = (seq_q, seq_k, offset, str(device), limits, starts)
     mask = _MASKS.get(key)
@@ -54,11 +56,43 @@ def _causal_block_mask(seq_q, seq_k, offset, device, limits=(None, None), starts
             ok = kv_idx <= q_idx + shift
             return ok if limits == (None, None) else ok & within(q_idx + q0, kv_idx + k0, limits)
 
-        mask = create_block_mask(causal, None, None, seq_q, seq_k, device=device)
-        with _MASKS_LOCK:  # threads share the cache: evict and insert as one step
-            while len(_MASKS) >= _MASKS_KEPT:
-                _MASKS.pop(next(iter(_MASKS)))  # the oldest
-            _MASKS[key] = mask
+        mask = _keep(key, create_block_mask(causal, None, None, seq_q, seq_k, device=device))
+    return mask
+
+
+def _keep(key, mask):
+    """``mask``, kept in the bounded cache under ``key``."""
+    with _MASKS_LOCK:  # threads share the cache: evict and insert as one step
+        while len(_MASKS) >= _MASKS_KEPT:
+            _MASKS.pop(next(iter(_MASKS)))  # the oldest
+        _MASKS[key] = mask
+    return mask
+
+
+def _decode_block_mask(visible, batch, seq_q, seq_k, last, device):
+    """A ``BlockMask`` for one block of queries whose ``mask_mod`` is ``visible``: the
+    blocks of keys ``0 .. last`` (slots; ``None``: every key) all partial, so ``visible``
+    decides each score in the kernel, and the tensors that say so built once per shape
+    and device (``create_block_mask`` evaluates ``visible`` on every pair, on the host's
+    clock: a cached step would wait for it each time)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    device = torch.device("cpu") if device is None else _concrete(device)
+    blocks = -(-seq_k // _BLOCK)
+    seen = blocks if last is None else min(blocks, last // _BLOCK + 1)
+    rows = 1 if batch is None else batch  # one row's blocks stand for every row
+    key = ("decode", rows, seq_q, seq_k, seen, str(device))
+    mask = _MASKS.get(key)
+    if mask is None:
+        with torch.inference_mode(False), torch.no_grad():  # kept: usable in any mode
+            counts = torch.full((rows, 1, 1), seen, dtype=torch.int32, device=device)
+            order = torch.arange(blocks, dtype=torch.int32, device=device)
+            order = order.expand(rows, 1, 1, blocks).contiguous()
+            mask = _keep(key, BlockMask.from_kv_blocks(
+                counts, order, BLOCK_SIZE=_BLOCK, seq_lengths=(seq_q, seq_k)
+            ))  # fmt: skip
+    mask = copy.copy(mask)  # the same tensors, this step's mask_mod
+    mask.mask_mod = visible
     return mask
 
 
@@ -141,8 +175,10 @@ def flex_plan(
         )
     device = _mask_device(device, key_valid, q_start)
     offset = seq_k - seq_q if q_start is None else q_start
+    last = None  # the last key slot a query may see, when the host knows it
     if not isinstance(offset, torch.Tensor):  # a tensor: no recompile when it changes
-        offset = torch.tensor(offset, device=device)
+        last = offset + seq_q - 1 if causal else None
+        offset = _int_on(offset, device)  # eager: a view, no copy to the device per call
     q_doc = k_doc = None  # bound either way: dynamo refuses a closure over an unset cell
     if documents is not None:
         q_doc, k_doc = (d.to(device) for d in documents)  # (b, sq), (b, sk)
@@ -166,4 +202,7 @@ def flex_plan(
     if limits != (None, None):  # every row its own positions too
         rows += [p.shape[0] for p in (q_positions, k_positions) if not isinstance(p, range)]
     batch = max(rows, default=None)
+    cached_step = q_start is not None and seq_q <= _BLOCK  # a decode step over a cache
+    if cached_step and not torch.compiler.is_compiling():  # its blocks: built once per shape
+        return score_mod, _decode_block_mask(visible, batch, seq_q, seq_k, last, device)
     return score_mod, create_block_mask(visible, batch, None, seq_q, seq_k, device=device)

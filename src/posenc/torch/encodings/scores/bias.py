@@ -117,7 +117,8 @@ class ALiBi(_ScoreBias):
     def score_mod(self, q_positions, k_positions):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize(getattr(q_positions, "device", None))
-        slopes, device = self.slopes.float(), self.slopes.device
+        device = self.slopes.device
+        slopes = _kept(self, "slopes", (self.slopes,), lambda s: s.float())  # (heads,)
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
         symmetric = self.symmetric
 
@@ -203,7 +204,8 @@ class T5RelativeBias(_ScoreBias):
     def score_mod(self, q_positions, k_positions):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize(self.weight.device)
-        table, bucket, md = self.weight.float(), self.bucket, self.max_distance
+        table = _kept(self, "table", (self.weight,), lambda w: w.float())  # (buckets, heads)
+        bucket, md = self.bucket, self.max_distance
         qpos, kpos = (
             position_at(q_positions, bucket.device),
             position_at(k_positions, bucket.device),
@@ -239,6 +241,32 @@ def _product_into(out, a, b, block=1 << 22):
         torch.mul(a, b[j : j + n], out=tmp[:, :n])
         out[:, j : j + n].copy_(tmp[:, :n])  # round once
     return out
+
+
+def _kept(module, name, tensors, build, *, key=(), graph=True):
+    """``build(*tensors)``, kept on ``module`` under ``name`` for the FlexAttention calls that
+    follow, so a ``score_mod`` copies nothing per call: rebuilt when ``key`` changes or one
+    of ``tensors`` is replaced, moved, cast or written in place (its version counter). A
+    result that may be part of an autograd graph (``graph``: grad enabled and a tensor
+    requiring it) is built anew, not kept; so is one built while ``torch.compile`` traces."""
+    if torch.compiler.is_compiling():
+        return build(*tensors)
+    if graph and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return build(*tensors)
+    try:
+        key = (key, *((t._version, t.data_ptr(), t.device, t.dtype, t.shape) for t in tensors))
+    except RuntimeError:  # an inference tensor has no version counter: nothing to key on
+        return build(*tensors)
+    kept = module.__dict__.setdefault("_flex_kept", {})
+    held = kept.get(name)  # (the tensors, aliases of their storage, their key, the result)
+    same = held is not None and all(a is b for a, b in zip(held[0], tensors, strict=True))
+    if same and held[2] == key:
+        return held[3]
+    with torch.no_grad():
+        value = build(*tensors)
+    # the aliases keep the storage alive: no other tensor takes its address meanwhile
+    kept[name] = (tensors, tuple(t.detach() for t in tensors), key, value)
+    return value
 
 
 def _as_hook_positions(positions, name):

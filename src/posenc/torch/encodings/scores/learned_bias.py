@@ -15,8 +15,15 @@ from torch import nn
 import posenc
 from posenc._checks import check_int, check_positive
 from posenc.torch.encodings.checks import check_score_positions
-from posenc.torch.encodings.scores.bias import _ScoreBias
-from posenc.torch.positions import position_at, position_tensor, relative_positions
+from posenc.torch.encodings.scores.bias import _kept, _ScoreBias
+from posenc.torch.position_values import known_bounds
+from posenc.torch.positions import (
+    _int_on,
+    len_of,
+    position_at,
+    position_tensor,
+    relative_positions,
+)
 
 __all__ = ["KERPLE", "FIRE"]
 
@@ -91,7 +98,8 @@ class KERPLE(_ScoreBias):
 
     def score_mod(self, q_positions, k_positions):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
-        r1, r2, device = self.r1.float(), self.r2.float(), self.raw_r1.device
+        device, raw = self.raw_r1.device, (self.raw_r1, self.raw_r2)
+        r1, r2 = _kept(self, "r", raw, lambda *_: (self.r1.float(), self.r2.float()))
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
 
         variant = self.variant
@@ -166,12 +174,16 @@ class FIRE(_ScoreBias):
         return self._mlp(x).permute(0, 3, 1, 2)  # (b|1, heads, sq, sk)
 
     def score_mod(self, q_positions, k_positions):
-        """The bias gathered from a table of the MLP per distance (ranges, eager mode).
+        """The bias gathered from a table of the MLP per distance (eager mode).
 
         Below the threshold :math:`L` the bias depends on :math:`|i - j|` alone: when no
-        query is past :math:`L` (one check per step), the MLP runs once per distinct
-        distance, a ``(distances, heads)`` table; otherwise once per query and distance.
-        Tensor positions and traced calls materialise :meth:`score_bias` (the default).
+        query is past :math:`L`, the MLP runs once per distinct distance, a
+        ``(distances, heads)`` table; otherwise once per query and distance. The table is
+        kept until the parameters or the lengths change (no call reads a value back: the
+        largest positions are those of ranges, or the bounds the host already knows of
+        tensor positions, such as a KV cache's; their tables grow by doubling). Positions
+        of unknown bounds, queries past :math:`L` at positions that do not follow each
+        other, and traced calls materialise :meth:`score_bias` (the default).
 
         Parameters
         ----------
@@ -184,22 +196,36 @@ class FIRE(_ScoreBias):
             ``f(score, b, h, q_idx, kv_idx) -> score`` for FlexAttention.
         """
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
-        ranges = isinstance(q_positions, range) and isinstance(k_positions, range)
-        if not ranges or not len(q_positions) or torch.compiler.is_compiling():
+        known = [known_bounds(p) for p in (q_positions, k_positions)]  # (lo, hi), no read
+        if None in known or torch.compiler.is_compiling():  # also: no queries or no keys
             return super().score_mod(q_positions, k_positions)
+        (first, last), (_, k_last) = known
         device, work = self.log_c.device, self.work_dtype
-        top = max(q_positions.stop, k_positions.stop)  # every |i - j| is below it
-        dist = torch.arange(top, device=device, dtype=work)  # every distance d: (D,)
-        query = torch.arange(q_positions.start, q_positions.stop, device=device, dtype=work)
-        threshold = float(self.log_threshold.detach().to(work).exp())  # one read per step
-        shared = q_positions.stop - 1 <= threshold  # i <= L for every query
-        c, norm = self._psi_norm(query[-1:, None] if shared else query[:, None], work)
-        table = self._mlp(torch.log1p(c * dist) / norm).float()  # (1|sq, D, heads)
+        top = max(last, k_last) + 1  # every |i - j| is below it
+        if not isinstance(q_positions, range) or not isinstance(k_positions, range):
+            top = max(64, 1 << (top - 1).bit_length())  # a cache's bound grows each step
+        threshold = _kept(self, "threshold", (self.log_threshold,), graph=False,
+                          build=lambda t: float(t.detach().to(work).exp()))  # fmt: skip
+        shared = last <= threshold  # i <= L for every query: norm at L
+        if not shared and last - first + 1 > len_of(q_positions):  # scattered queries
+            return super().score_mod(q_positions, k_positions)
+        queries = (0, 1) if shared else (first, last + 1)
+
+        def build(*_):
+            dist = torch.arange(top, device=device, dtype=work)  # every distance d: (D,)
+            query = torch.arange(*queries, device=device, dtype=work)  # 0 < L when shared
+            c, norm = self._psi_norm(query[:, None], work)
+            return self._mlp(torch.log1p(c * dist) / norm).float()  # (1|sq, D, heads)
+
+        params = (self.log_c, self.log_threshold, *self.mlp.parameters())
+        table = _kept(self, "table", params, build, key=(top, queries, work))
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
+        row = _int_on(queries[0], device)  # the table's first query position
 
         def fire(score, b, h, q_idx, kv_idx):
-            d = (qpos(b, q_idx) - kpos(b, kv_idx)).abs()
-            return score + table[0 if shared else q_idx, d, h]
+            i = qpos(b, q_idx)
+            d = (i - kpos(b, kv_idx)).abs()
+            return score + table[0 if shared else i - row, d, h]
 
         return fire
 
