@@ -100,7 +100,9 @@ def _posenc(config, layer_type):
     if layer_type in types:
         i = types.index(layer_type)
     else:  # the first layer with a position (Cohere 2's full layers have none)
-        i = next((j for j, layer in enumerate(schedule) if layer.encoding is not None), 0)
+        i = next((j for j, layer in enumerate(schedule) if layer.encoding is not None), None)
+        if i is None:  # no layer rotates: HF builds its rotary class and never applies it
+            return None, "Schedule.from_hf(config)", False
     enc, sliced = schedule.encoding_of(i), False
     while hasattr(enc, "inner"):  # QueryTemperature, SoftmaxFactor: outside HF's apply
         if isinstance(enc, ChannelSlice):
@@ -177,6 +179,12 @@ def _compare(row, config, rot, apply):
             enc, call, sliced = _posenc(config, layer_type)
         except Exception as err:  # reported after HF's own code has run (or failed)
             refused, sliced = str(err)[:400], False
+        if refused is None and enc is None:
+            why = (
+                "no layer of the class-default config rotates (Schedule.from_hf: "
+                f"{call}); HF builds {row['rotary_class']} but its model never applies it"
+            )
+            return row | {"status": "not-compared", "reason": why}
         if sliced:
             width = rot_width  # latent attention: HF rotates the slice q_pe alone
         g = torch.Generator().manual_seed(0)
