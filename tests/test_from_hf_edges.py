@@ -101,14 +101,19 @@ def width_message(fraction, rotary):
 
 
 def test_rotary_width_boundaries():
-    # head_dim 64: width int(64 * fraction); 2 is the narrowest accepted, 64 the whole head
-    assert from_hf(small(partial_rotary_factor=2 / 64))["rotary_dim"] == 2
-    assert from_hf(small(partial_rotary_factor=4 / 64))["rotary_dim"] == 4
-    assert from_hf(small(partial_rotary_factor=62 / 64))["rotary_dim"] == 62
-    assert from_hf(small(partial_rotary_factor=1.0))["rotary_dim"] is None
+    # head_dim 64: width int(64 * fraction); 2 is the narrowest accepted, 64 the whole head.
+    # StableLM's rotary class reads the factor (Llama's default RoPE ignores it: whole head)
+    def partial(fraction):
+        return small(partial_rotary_factor=fraction, model_type="stablelm")
+
+    assert from_hf(partial(2 / 64))["rotary_dim"] == 2
+    assert from_hf(partial(4 / 64))["rotary_dim"] == 4
+    assert from_hf(partial(62 / 64))["rotary_dim"] == 62
+    assert from_hf(partial(1.0))["rotary_dim"] is None
+    assert from_hf(small(partial_rotary_factor=4 / 64))["rotary_dim"] is None  # Llama's
     for fraction, rotary in [(1 / 64, 1), (0.01, 0), (0.328125, 21), (66 / 64, 66)]:
         with raises_exactly(width_message(float(fraction), rotary)):
-            from_hf(small(partial_rotary_factor=fraction))
+            from_hf(partial(fraction))
 
 
 def test_original_length_is_read_only_by_the_types_that_use_it():

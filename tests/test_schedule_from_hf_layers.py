@@ -227,7 +227,8 @@ def test_layer_rules_of_config_dicts():
     assert _field(schedule_from_hf(patterned), "window") == [4, None, 4, None, 4, None]
     assert rope(schedule_from_hf(patterned)) == [True, False, True, False, True, False]
     for model_type in ("exaone4", "kolibri1"):
-        full = _cfg(model_type, depth=2, layer_types=["full_attention"] * 2)
+        # sliding_window None (a missing key is the class default window, 4096)
+        full = _cfg(model_type, depth=2, layer_types=["full_attention"] * 2, sliding_window=None)
         assert rope(schedule_from_hf(full)) == [True, True]  # no window: every layer
         mixed = full | {"sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]}
         assert rope(schedule_from_hf(mixed)) == [True, False]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from posenc._checks import check_int
-from posenc.hf import convert
+from posenc.hf import convert, layers
 from posenc.hf.defaults import (
     CLASS_HEAD_DIM,
     CLASS_ORIGINAL,
@@ -39,11 +39,31 @@ ATTRIBUTES = (
 )  # fmt: skip
 
 
+# attribute_map aliases whose stored name is the other one (a config.json holds that name):
+# ZambaConfig, Zamba2Config: layer_types -> layers_block_type, head_dim -> attention_head_dim
+# (Zamba2's is 2 * hidden_size // num_attention_heads); NemotronHConfig: layers_block_type;
+# JetMoeConfig: head_dim -> kv_channels
+STORED_AS = {
+    **dict.fromkeys(("zamba", "zamba2"), {"layer_types": "layers_block_type",
+                                         "head_dim": "attention_head_dim"}),
+    "nemotron_h": {"layer_types": "layers_block_type"},
+    "jetmoe": {"head_dim": "kv_channels"},  # JetMoeConfig (its class default: CLASS_HEAD_DIM)
+}  # fmt: skip
+
+
 def as_dict(config):
-    """A config as a dict: a mapping as it is; a config object's ``to_dict()`` plus the
-    settings it answers by attribute only (its aliases and class defaults)."""
+    """A config as a dict: a mapping with its model type's aliases (``STORED_AS``); a config
+    object's ``to_dict()`` plus the settings it answers by attribute only (its aliases and
+    class defaults)."""
     if isinstance(config, Mapping):
-        return dict(config)
+        cfg = dict(config)
+        for key, stored in STORED_AS.get(cfg.get("model_type"), {}).items():
+            if cfg.get(key) is None and cfg.get(stored) is not None:
+                cfg[key] = cfg[stored]
+        if cfg.get("model_type") == "nemotron_h" and cfg.get("layer_types"):
+            # NemotronHConfig.num_hidden_layers: a property, len(layers_block_type)
+            cfg.setdefault("num_hidden_layers", len(cfg["layer_types"]))
+        return cfg
     to_dict = getattr(config, "to_dict", None)
     if callable(to_dict):  # a transformers PretrainedConfig (v4 or v5)
         cfg = dict(to_dict())
@@ -141,6 +161,8 @@ def partial_factor(cfg, params, model_type):
         return params["partial_rotary_factor"]
     if model_type in NEOX_PCT:
         return cfg.get("rotary_pct", NEOX_PCT[model_type])
+    if model_type == "bamba":  # BambaConfig: kwargs["partial_rotary_factor"] = 0.5, whatever
+        return CLASS_PARTIAL[model_type]  # the top level says ("hardcode for BC")
     factor = cfg.get("partial_rotary_factor")
     if factor is None and model_type in DERIVED_PARTIAL:
         top, bottom = DERIVED_PARTIAL[model_type].split(" / ")
@@ -215,10 +237,20 @@ def pairing(cfg, model_type):
 
 
 def layer_settings(config, layer_type):
-    """Settings a heterogeneous config object overrides for one layer type (Gemma 4's
-    ``per_layer_config``: its full-attention layers are 512 wide, the others 256)."""
+    """Settings a heterogeneous config overrides for one layer type (Gemma 4's
+    ``per_layer_config``: its full-attention layers are 512 wide, the others 256): a dict's
+    ``per_layer_config`` or its class's derived one (:func:`posenc.hf.layers.per_layer`), else
+    a config object's view of that layer type."""
+    if layer_type is None:
+        return {}
+    cfg = as_dict(config)
+    types = list(cfg.get("layer_types") or ())
+    if layer_type in types:
+        own = layers.per_layer(cfg, cfg.get("model_type"), types)[types.index(layer_type)]
+        if "head_dim" in own:
+            return {"head_dim": own["head_dim"]}
     per_layer = None if isinstance(config, Mapping) else getattr(config, "per_layer_config", None)
-    if layer_type is None or per_layer is None:
+    if per_layer is None:
         return {}
     try:
         view = per_layer[layer_type]

@@ -7,6 +7,14 @@ Data only, checked against every config class of the pinned transformers in
 from __future__ import annotations
 
 HF_VERSION = "5.23.0"
+#: ``configuration_utils.ALLOWED_LAYER_TYPES`` of transformers 5.23.0 (its config classes
+#: refuse any other entry of ``layer_types``)
+LAYER_TYPES = (
+    "full_attention", "sliding_attention", "chunked_attention", "window_attention",
+    "indexed_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+    "minimax_m3_sparse", "conv", "moe", "hybrid", "hybrid_sliding",
+    "reference_sliding_attention", "linear_attention", "sparse", "dense",
+)  # fmt: skip
 #: ``"default"`` plus the keys of ``ROPE_INIT_FUNCTIONS`` in transformers 5.23.0.
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 NO_EQUIVALENT = {  # named in transformers 5.23.0 but not a 1-D RoPE posenc can express
@@ -20,6 +28,15 @@ UNSUPPORTED = {
                    "function with per-layer 'main' and 'compress' rates (compressed sparse "
                    "attention), which posenc does not build from a config",
 }  # fmt: skip
+# Model types that rotate only where a config key has a value, and use another scheme posenc's
+# from_hf does not build otherwise (refused by name): model type -> (key, its RoPE value, the
+# class default, the other scheme). FalconModel: alibi=True adds ALiBi biases and no rotation;
+# EsmSelfAttention: rotary only for position_embedding_type="rotary" (default "absolute":
+# EsmEmbeddings adds learned absolute position embeddings)
+ROPE_ONLY_IF = {
+    "falcon": ("alibi", False, False, "ALiBi biases"),
+    "esm": ("position_embedding_type", "rotary", "absolute", "its position embeddings"),
+}
 # GPTNeoXConfig / GPTNeoXJapaneseConfig: `rotary_emb_base` and `rotary_pct` (default below)
 NEOX_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
 # Phi3Config declares a top-level original_max_position_embeddings (default 4096), which
@@ -35,6 +52,26 @@ CLASS_PARTIAL = {
     "qwen3_5_moe_text": 0.25, "qwen3_5_text": 0.25, "qwen3_next": 0.25, "recurrent_gemma": 0.5,
     "stablelm": 0.25, "efficientloftr": 4.0,
 }  # fmt: skip
+# The only model types whose rotary class reads partial_rotary_factor for rope_type "default"
+# (its own compute_default_rope_parameters takes int(head_dim * factor), and its attention
+# rotates that slice): every other class's default init ignores the factor and rotates the
+# whole head (Llama, Qwen2, Mistral, Gemma 3, OLMo 3, ...). The scaled types' inits
+# (modeling_rope_utils.ROPE_INIT_FUNCTIONS) read it for every model type. Source:
+# models/*/modeling_*.py of transformers 5.23.0, checked in tests/test_from_hf_probe_fixes.py
+PARTIAL_DEFAULT = frozenset(
+    """
+    bamba deepseek_v4 diffusion_gemma diffusion_gemma_text dots3_note dots3_note_text
+    dots3_note_audio_encoder efficientloftr glm glm4 glm4_moe glm4_moe_lite glm4v glm4v_text
+    glm4v_moe glm4v_moe_text glm_image glm_image_text glm_ocr glm_ocr_text glmasr
+    glmasr_encoder gpt_neox gpt_neox_japanese laguna mellum mimo_v2_flash minimax_m2
+    minimax_m3_vl minimax_m3_vl_text moonshine moonshine_streaming moonshine_streaming_encoder
+    musicflamingo nemotron nemo_speechlm nemotron3_5_transcribe_asr_audio
+    nemotron3_5_transcribe_audio nemotron3_5_transcribe_word_timestamp nemotron3_diarization
+    nemotron3_diarization_audio neomme persimmon phi phi3 phi4_multimodal qwen3_5 qwen3_5_text
+    qwen3_5_moe qwen3_5_moe_text qwen3_next qwen4_exp qwen4_exp_text recurrent_gemma
+    solar_open stablelm step3p5 step3p7 zaya
+    """.split()
+)
 # ... and those that derive it from other keys: a dict without it cannot be read alone
 DERIVED_PARTIAL = {
     "mistral4": "qk_rope_head_dim / head_dim",
@@ -58,7 +95,8 @@ CLASS_HEAD_DIM = {
     **dict.fromkeys(("afmoe", "canary_decoder", "cohere2_moe", "cosmos3_edge_text", "cwm",
         "dia_decoder", "dia_encoder", "ernie4_5", "flint", "glm", "glm4", "helium",
         "higgs_audio_v2", "hrm_text", "hy_v3", "inkling2_text", "inkling_text", "internlm3",
-        "iquestcoder", "kolibri1", "laguna", "lfm3", "llama4_text", "mellum", "minimax_m2",
+        "iquestcoder", "jetmoe", "kolibri1", "laguna", "lfm3", "llama4_text", "mellum",
+        "minimax_m2",
         "minimax_m3_vl_text", "ministral3", "mistral4", "molmo2_text", "muse_glimmer_assistant",
         "muse_glimmer_text", "nemotron_h", "paddleocr_vl_text", "pe_audio_encoder",
         "pe_audio_video_encoder", "pe_video_encoder", "qwen2_5_omni_talker", "qwen3",
@@ -71,6 +109,34 @@ CLASS_HEAD_DIM = {
         "t5gemma2_text", "vaultgemma"), 256),
     **dict.fromkeys(("deepseek_v4",), 512),
     **dict.fromkeys(("musicflamingo",), 1280),
+}  # fmt: skip
+# Config classes whose sliding_window default is a number (their dataclass field): a dict
+# without the key gets it, as HF's class does (its __post_init__ rules then apply: Qwen2's
+# use_sliding_window, ...); tests/test_from_hf_probe_fixes.py checks every class
+CLASS_WINDOW = {
+    **dict.fromkeys(("moshi_depth",), 8),
+    **dict.fromkeys(("nemotron_asr_streaming_encoder",), 71),
+    **dict.fromkeys(("deepseek_v4", "esmfold2", "gpt_oss", "granite_swa", "granitemoe_swa",
+        "openai_privacy_filter", "ultrabert", "unlimited_ocr_text"), 128),
+    **dict.fromkeys(("mimo_v2_flash",), 129),
+    **dict.fromkeys(("mimi", "mimi_decoder", "mimi_encoder", "pocket_tts_audio_tokenizer",
+        "pocket_tts_audio_tokenizer_decoder", "pocket_tts_audio_tokenizer_encoder"), 250),
+    **dict.fromkeys(("lfm3", "neomme"), 256),
+    **dict.fromkeys(("kyutai_speech_to_text",), 375),
+    **dict.fromkeys(("beam", "blt_patcher", "diffusion_gemma_text", "embedding_gemma2_text",
+        "gemma3n_text", "gemma4_text", "laguna"), 512),
+    **dict.fromkeys(("flint", "kolibri1"), 513),
+    **dict.fromkeys(("voxtral_realtime_encoder",), 750),
+    **dict.fromkeys(("afmoe", "gemma4_unified_text", "mellum"), 1024),
+    **dict.fromkeys(("muse_glimmer_assistant", "muse_glimmer_text", "muse_spark_text"), 2048),
+    **dict.fromkeys(("moshi",), 3000),
+    **dict.fromkeys(("cohere2", "cohere2_moe", "cohere_compass_text", "deepseek_ocr2_encoder",
+        "dots1", "exaone4", "exaone_moe", "gemma2", "gemma3_text", "ministral", "mistral",
+        "olmo3", "qwen2", "qwen2_5_vl_text", "qwen2_moe", "qwen2_vl_text", "qwen3", "qwen3_moe",
+        "t5_gemma_module", "t5gemma2_decoder", "t5gemma2_text", "vaultgemma",
+        "voxtral_realtime_text"), 4096),
+    **dict.fromkeys(("cwm",), 8192),
+    **dict.fromkeys(("qwen2_5_omni_talker", "qwen2_5_omni_text"), 32768),
 }  # fmt: skip
 # Multi-head latent attention (DeepSeek-V2 and its kin): the class sets head_dim to the RoPE
 # part of a head, qk_rope_head_dim (its default: CLASS_HEAD_DIM), overriding a given head_dim

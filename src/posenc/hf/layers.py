@@ -10,6 +10,8 @@ code it follows (``models/<type>/configuration_<type>.py`` or ``modeling_<type>.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # Layer types whose layers have no attention, and so no position (HF's
 # ALLOWED_LAYER_TYPES: "linear_attention" is a recurrent layer -- Mamba, Mamba-2, Gated
 # DeltaNet, MiniMax lightning -- as "recurrent" is RecurrentGemma's; "conv" a convolution;
@@ -40,9 +42,20 @@ PATTERN = {"gemma3_text": 6, "cohere2": 4}
 # model types whose every layer slides when sliding_window is set (no layer_types): their
 # attention passes config.sliding_window to every layer (Mistral, Qwen3-MoE, ...)
 WINDOW_EVERY_LAYER = frozenset(("mistral", "mixtral", "ministral", "starcoder2", "phi3", "phimoe",
-                                "mimi", "moshi", "kyutai_speech_to_text", "blt_patcher",
-                                "pocket_tts_audio_tokenizer", "voxtral_realtime_text",
-                                "qwen3_moe"))  # fmt: skip
+                                "mimi", "blt_patcher", "pocket_tts_audio_tokenizer",
+                                "voxtral_realtime_text", "qwen3_moe"))  # fmt: skip
+# model types whose config.sliding_window reaches no mask: MoshiModel and
+# KyutaiSpeechToTextModel build create_causal_mask and pass no sliding_window to the attention
+# function, so eager, SDPA and flash attend to every earlier token; only HF's DynamicCache, built
+# from the config, keeps the last sliding_window - 1 keys while decoding (HF's inconsistency:
+# posenc follows the attention, windowless)
+WINDOW_UNUSED = frozenset(("moshi", "kyutai_speech_to_text"))
+# layer types a config class derives in a property that to_dict() leaves out:
+# BambaConfig.layers_block_type: "full_attention" at attn_layer_indices, else "linear_attention"
+# (Mamba-2); RecurrentGemmaConfig.layers_block_type: block_types (default recurrent, recurrent,
+# attention) repeated, its attention blocks sliding (attention_window_size, default 2048)
+ATTN_LAYER_INDICES = frozenset(("bamba",))
+BLOCK_TYPES = {"recurrent_gemma": ("recurrent", "recurrent", "attention")}
 # Which layers rotate, where the model type decides (elsewhere every attention layer whose type
 # has rope parameters rotates):
 # Cohere2Attention, FlintAttention, CohereCompassAttention: ``if self.sliding_window is not
@@ -56,6 +69,29 @@ ROPE_IF_WINDOW_OR_DENSE = frozenset(("cohere2_moe",))
 # exaone4): ``if self.sliding_window is None or self.is_sliding`` -- every layer where the config
 # has no window, else the sliding layers only
 ROPE_IF_SLIDING_OR_NO_WINDOW = frozenset(("exaone4", "exaone_moe", "kolibri1"))
+# NemotronHAttention.forward rotates nothing (apply_rotary_pos_emb only decorates the class)
+# and NemotronHConfig has no rope parameters: its attention layers carry no position
+NO_POSITION = frozenset(("nemotron_h",))
+# OlmoHybridModel: rotary_emb only where rope_parameters' rope_theta is not None (the released
+# checkpoints set it to None: no layer rotates)
+ROPE_IF_THETA = frozenset(("olmo_hybrid",))
+# AfmoeAttention: ``if self.is_local_attention`` (layer_types[i] == "sliding_attention"): the
+# sliding layers rotate, the full ones do not
+ROPE_IF_SLIDING = frozenset(("afmoe",))
+# RoPE only where a config key has a value: model type -> (key, the value, the class default)
+ROPE_IF_KEY = {
+    # GraniteMoeHybridModel: rotary_emb only if config.position_embedding_type == "rope"
+    "granitemoehybrid": ("position_embedding_type", "rope", None),
+    # Zamba2Model: position_embeddings only if config.use_mem_rope
+    "zamba2": ("use_mem_rope", True, False),
+}
+# A RoPE base per layer, layer_rope_theta (0: the layer gets position_embeddings=None): model
+# type -> whether a nonzero entry is the layer's base, and the class default's NoPE layers.
+# MuseGlimmerTextConfig, MuseSparkTextConfig: 0 every 4th layer counted back from the last, and
+# their one rotary embedding has rope_theta (a nonzero entry is not read); GraniteSWAModel,
+# GraniteMoeSWAModel: one rotary embedding per nonzero entry, default rope_theta everywhere
+LAYER_THETA = {"muse_glimmer_text": (False, 4), "muse_spark_text": (False, 4),
+               "granite_swa": (True, 0), "granitemoe_swa": (True, 0)}  # fmt: skip
 # Windows that look both ways (|i - j| <= w), which posenc's look-back windows cannot build:
 # model types whose windows always do, and why (OpenAI's privacy filter, whose every layer
 # does, is refused whole: posenc.hf.schedule.NO_SCHEDULE)
@@ -78,6 +114,19 @@ BIDIRECTIONAL_FLAG = {
 }
 
 
+# The settings of one layer posenc reads from HF's per_layer_config (layer index -> the settings
+# that layer overrides; a config object's to_dict() holds it too)
+PER_LAYER_KEYS = ("head_dim", "qk_nope_head_dim", "qk_rope_head_dim")
+# Config classes that derive per_layer_config where a config.json gives none: Gemma4TextConfig,
+# Gemma4UnifiedTextConfig, DiffusionGemmaTextConfig, EmbeddingGemma2TextConfig give their
+# full-attention layers head_dim = global_head_dim (default 512)
+GLOBAL_HEAD_DIM = frozenset(("gemma4_text", "gemma4_unified_text", "diffusion_gemma_text",
+                             "embedding_gemma2_text"))  # fmt: skip
+# Dots3NoteTextConfig gives its sliding layers swa_head_dim (256), swa_qk_nope_head_dim (192)
+# and swa_qk_rope_head_dim (default their difference)
+SWA_WIDTHS = {"dots3_note_text": (256, 192)}
+
+
 def prepare(cfg, model_type):
     """The config as the class holds it: legacy layer type names renamed, and the window
     dropped where the class keeps it only with ``use_sliding_window``."""
@@ -86,6 +135,10 @@ def prepare(cfg, model_type):
         cfg["layer_types"] = [LEGACY_TYPES.get(t, t) for t in cfg["layer_types"]]
     if model_type in WINDOW_IF_USED and not cfg.get("use_sliding_window", False):
         cfg["sliding_window"] = None
+    if model_type in WINDOW_UNUSED:
+        cfg["sliding_window"] = None
+    if model_type == "recurrent_gemma" and cfg.get("sliding_window") is None:
+        cfg["sliding_window"] = cfg.get("attention_window_size", 2048)  # its attribute_map
     return cfg
 
 
@@ -98,6 +151,13 @@ def layer_types(cfg, model_type, depth):
                 f"layer_types must have num_hidden_layers={depth} entries, got {len(types)}"
             )
         return list(types)
+    if model_type in ATTN_LAYER_INDICES:
+        attn = cfg.get("attn_layer_indices") or ()
+        return ["full_attention" if i in attn else "linear_attention" for i in range(depth)]
+    if model_type in BLOCK_TYPES:
+        blocks = list(cfg.get("block_types") or BLOCK_TYPES[model_type]) * depth
+        return ["linear_attention" if b == "recurrent" else "sliding_attention"
+                for b in blocks[:depth]]  # fmt: skip
     if model_type in ROPE_IF_WINDOW_OR_DENSE:  # Cohere2MoeConfig.__post_init__
         dense = cfg.get("first_k_dense_replace") or 0
         prefix = cfg.get("prefix_dense_sliding_window_pattern", 1)
@@ -150,7 +210,7 @@ def window(cfg, kind):
 
 def rotates(cfg, model_type, kind, i):
     """Whether layer ``i`` (of type ``kind``, whose type has rope parameters) rotates."""
-    if kind in NO_ATTENTION:
+    if kind in NO_ATTENTION or model_type in NO_POSITION:
         return False
     windowed = kind == "sliding_attention" and cfg.get("sliding_window") is not None
     if model_type in ROPE_IF_WINDOW:
@@ -164,7 +224,27 @@ def rotates(cfg, model_type, kind, i):
         return windowed or forced
     if model_type in ROPE_IF_SLIDING_OR_NO_WINDOW:
         return cfg.get("sliding_window") is None or kind == "sliding_attention"
+    if model_type in ROPE_IF_SLIDING:
+        return kind == "sliding_attention"
+    if model_type in ROPE_IF_KEY:
+        key, value, default = ROPE_IF_KEY[model_type]
+        return cfg.get(key, default) == value
     return True
+
+
+def layer_base(cfg, model_type, depth):
+    """Each layer's entry of ``layer_rope_theta`` where the model type reads one (0: no
+    RoPE; ``None``: the layer type's base), else ``None``."""
+    if model_type not in LAYER_THETA:
+        return None
+    own, every = LAYER_THETA[model_type]
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is None:
+        return [0 if every and (depth - 1 - i) % every == 0 else None for i in range(depth)]
+    if len(thetas) != depth:
+        raise ValueError(f"layer_rope_theta must have num_hidden_layers={depth} entries, "
+                         f"got {len(thetas)}")  # fmt: skip
+    return [float(t) if t and own else (None if t else 0) for t in thetas]
 
 
 def refuse_bidirectional(cfg, model_type):
@@ -181,3 +261,32 @@ def refuse_bidirectional(cfg, model_type):
             f"model_type {model_type!r} is not reproduced: its sliding windows are "
             f"bidirectional ({why}), and posenc's windows look back only"
         )
+
+
+def per_layer(cfg, model_type, types):
+    """Each layer's own settings of ``PER_LAYER_KEYS`` (HF's ``per_layer_config``, else the
+    one its config class derives), one dict per layer of ``types``."""
+    given = cfg.get("per_layer_config")
+    if given is None:
+        given = _class_per_layer(cfg, model_type, types)
+    if not isinstance(given, Mapping):
+        raise ValueError(f"per_layer_config must map layer indices to settings, got {given!r}")
+    # a saved config's keys are strings, zero-padded ("05"); an object's per-layer-type views
+    # are read by attribute (posenc.hf.config.layer_settings)
+    given = {int(i): e for i, e in given.items() if str(i).isdigit() and isinstance(e, Mapping)}
+    return [{k: given.get(i, {}).get(k) for k in PER_LAYER_KEYS
+             if given.get(i, {}).get(k) is not None} for i in range(len(types))]  # fmt: skip
+
+
+def _class_per_layer(cfg, model_type, types):
+    if model_type in GLOBAL_HEAD_DIM:
+        over, kind = {"head_dim": cfg.get("global_head_dim", 512)}, "full_attention"
+    elif model_type in SWA_WIDTHS:
+        head = cfg.get("swa_head_dim", SWA_WIDTHS[model_type][0])
+        nope = cfg.get("swa_qk_nope_head_dim", SWA_WIDTHS[model_type][1])
+        rope = cfg.get("swa_qk_rope_head_dim", head - nope)
+        over = {"head_dim": head, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope}
+        kind = "sliding_attention"
+    else:
+        return {}
+    return {i: over for i, t in enumerate(types) if t == kind}

@@ -6,10 +6,24 @@ import math
 
 from posenc._checks import check_int, check_positive
 from posenc.hf import config as read
-from posenc.hf.defaults import CLASS_MAX_LEN, UNSUPPORTED, WITH_ORIGINAL
+from posenc.hf.defaults import (
+    CLASS_MAX_LEN,
+    PARTIAL_DEFAULT,
+    QK_HEAD_DIM_DEFAULT,
+    ROPE_ONLY_IF,
+    ROPE_PART_HEAD_DIM,
+    ROPE_PART_HEAD_DIM_DEFAULT,
+    UNSUPPORTED,
+    WITH_ORIGINAL,
+)
 from posenc.scaling import DynamicNTK, Linear, Llama3, LongRoPE, Proportional, YaRN
 
 __all__ = ["from_hf"]
+
+# latent attention, whose attention rotates a slice of qk_rope_head_dim channels: HF's default
+# init ignores a factor there too, and its model then fails (a table wider than the slice), so
+# posenc keeps the factor's width, which schedule_from_hf checks against qk_rope_head_dim
+LATENT = ROPE_PART_HEAD_DIM | ROPE_PART_HEAD_DIM_DEFAULT | frozenset(QK_HEAD_DIM_DEFAULT)
 
 
 def from_hf(config, *, layer_type=None, pairing=None):
@@ -54,7 +68,10 @@ def from_hf(config, *, layer_type=None, pairing=None):
         (``"interleaved"`` where the model's code rotates adjacent pairs, as GLM-4, Cohere
         and DeepSeek-V3 do, else ``"half"``), ``base``,
         ``scaling`` (a :mod:`posenc.scaling` object, None for ``"default"``), ``rotary_dim``
-        (``int(head_dim * partial_rotary_factor)``, None when the whole head rotates) and
+        (``int(head_dim * partial_rotary_factor)``, None when the whole head rotates; for
+        rope type ``"default"`` only where the model type's rotary class reads the factor,
+        ``posenc.hf.defaults.PARTIAL_DEFAULT`` -- GLM, Phi, StableLM, ...: Llama's and most
+        others' default RoPE ignores it and rotates the whole head) and
         ``max_len`` (``max_position_embeddings``, or the context a scaling reaches if
         longer: ``factor`` times its original length -- 131072 for Qwen2.5 with YaRN x4).
 
@@ -88,6 +105,13 @@ def from_hf(config, *, layer_type=None, pairing=None):
     model_type = cfg.get("model_type")
     if model_type in UNSUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not reproduced: {UNSUPPORTED[model_type]}")
+    if model_type in ROPE_ONLY_IF:
+        key, value, default, other = ROPE_ONLY_IF[model_type]
+        if cfg.get(key, default) != value:
+            raise ValueError(
+                f"{model_type} with {key}={cfg.get(key, default)!r} uses {other}, not RoPE "
+                f"(only {key}={value!r} rotates): posenc builds no RoPE for it"
+            )
     text = ("hidden_size", "head_dim", "rope_theta", "rope_parameters", "rope_scaling")
     if "text_config" in cfg and not any(key in cfg for key in text):
         raise ValueError(
@@ -113,6 +137,8 @@ def from_hf(config, *, layer_type=None, pairing=None):
             f"head_dim={head_dim}: posenc needs an even width in [2, head_dim] "
             "(HF rounds an odd width up)"
         )
+    if rope_type == "default" and model_type and model_type not in PARTIAL_DEFAULT | LATENT:
+        rotary = head_dim  # its class's default init ignores the factor: the whole head rotates
     original = 0
     if rope_type in WITH_ORIGINAL:
         original = read.original_length(cfg, params, model_type, max_pos)

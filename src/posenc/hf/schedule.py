@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from posenc.hf import config as read
-from posenc.hf import convert
+from posenc.hf import convert, settled
 from posenc.hf import layers as rules
 from posenc.hf.defaults import UNSUPPORTED
 from posenc.hf.mrope import MROPE_LAYOUT, TEXT_OF, mrope_from_hf
@@ -25,15 +25,20 @@ __all__ = ["schedule_from_hf"]
 # the settings of one layer (``attention`` first)
 KEYS = ("attention", "rope", "window", "chunk", "temperature", "slice_start", "softmax_factor")
 
-# model types whose per-layer ``no_rope_layers`` (1: RoPE, 0: none) decides
-NO_ROPE_KEY = frozenset(("llama4", "llama4_text", "smollm3"))
+# model types whose per-layer ``no_rope_layers`` (1: RoPE, 0: none) decides (Llama4TextAttention,
+# SmolLM3Attention, MistralLarge4TextAttention: ``self.use_rope = config.no_rope_layers[i]``)
+NO_ROPE_KEY = frozenset(("llama4", "llama4_text", "smollm3", "mistral_large4_text"))
 # the Llama-4 query temperature on the layers without RoPE
 TEMPERATURE_NOPE = frozenset(("llama4", "llama4_text"))
 # the Llama-4-style temperature of rope_parameters' llama_4_scaling_beta on every layer
 TEMPERATURE_BETA = frozenset(("ministral3", "mistral4"))
 # softmax scale 1 (query and key norms instead): the factor is sqrt(head_dim)
+# (DiaSelfAttention, of Dia's encoder and decoder: self.scaling = 1)
 SCALE_ONE = frozenset(("gemma3n_text", "gemma4_text", "gemma4_unified_text",
-                       "diffusion_gemma_text", "embedding_gemma2_text"))  # fmt: skip
+                       "diffusion_gemma_text", "embedding_gemma2_text", "dia_decoder",
+                       "dia_encoder"))  # fmt: skip
+# ZambaAttention, Zamba2Attention: self.scaling = (head_dim / 2) ** -0.5, a factor sqrt(2)
+SCALE_HALF_WIDTH = frozenset(("zamba", "zamba2"))
 # Llama4TextConfig's defaults of the keys the schedule reads
 LLAMA4_DEFAULTS = {"attention_chunk_size": 8192, "attn_temperature_tuning": True,
                    "attn_scale": 0.1, "floor_scale": 8192}  # fmt: skip
@@ -68,7 +73,12 @@ def schedule_from_hf(config):
         position), ``window``, ``chunk``, ``temperature`` (``scale``, ``floor``,
         ``shift`` of ``QueryTemperature``, or ``None``), ``slice_start`` (the first rotated
         channel, or ``None``) and ``softmax_factor`` (or ``None``). Which layers slide, keep
-        their window and rotate follows the model type's rules (:mod:`posenc.hf.layers`).
+        their window and rotate, and the widths of layers given their own
+        (``per_layer_config``: Gemma 4's full layers, Dots3's sliding ones), follow the model
+        type's rules (:mod:`posenc.hf.layers`). A window is a layer's only where HF's eager and
+        SDPA attention apply it: Moshi's and Kyutai STT's ``sliding_window`` reaches no mask
+        (only HF's cache, keeping the last ``sliding_window - 1`` keys while decoding), so
+        their layers get none.
 
     Raises
     ------
@@ -102,36 +112,48 @@ def schedule_from_hf(config):
     depth = cfg.get("num_hidden_layers")
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"config must give num_hidden_layers >= 1, got {depth!r}")
-    cfg = rules.prepare(cfg, model_type)
+    cfg = settled.derived(cfg, model_type, depth)  # what the class derives where cfg is silent
+    cfg = settled.checked(rules.prepare(cfg, model_type), model_type)
     rules.refuse_bidirectional(cfg, model_type)
     if model_type in NO_ROPE_KEY:
         cfg = _llama4_defaults(cfg, model_type, depth)
     types = rules.layer_types(cfg, model_type, depth)
-    ropes = {t: _rope(config, cfg, model_type, t) for t in dict.fromkeys(types)}
-    if _mla(cfg):  # the rotated slice is a RoPE of its own width
-        rope_width = int(cfg["qk_rope_head_dim"])
-        for t, r in ropes.items():
-            if r is not None and (r.get("rotary_dim") or r["head_dim"]) == rope_width:
-                ropes[t] = r | {"head_dim": rope_width, "rotary_dim": None}
-            elif r is not None:
-                raise ValueError(
-                    f"{model_type}: the rotary width {r.get('rotary_dim') or r['head_dim']} is "
-                    f"not qk_rope_head_dim={rope_width}, posenc cannot place it"
-                )
+    own = rules.per_layer(cfg, model_type, types)  # per_layer_config: widths of some layers
+    of_type = {t: own[types.index(t)] for t in dict.fromkeys(types)}
+    for t, o in zip(types, own, strict=True):
+        if o != of_type[t]:
+            raise ValueError(
+                f"per_layer_config gives layers of type {t!r} different widths "
+                f"({of_type[t]} and {o}): posenc builds one RoPE per layer type"
+            )
+    ropes = {t: _rope(config, cfg, model_type, t) for t in of_type}
+    for t, r in ropes.items():
+        if r is None or not _mla(cfg | of_type[t]):
+            continue  # the rotated slice of latent attention is a RoPE of its own width
+        rope_width = int((cfg | of_type[t])["qk_rope_head_dim"])
+        if (r.get("rotary_dim") or r["head_dim"]) != rope_width:
+            raise ValueError(
+                f"{model_type}: the rotary width {r.get('rotary_dim') or r['head_dim']} is "
+                f"not qk_rope_head_dim={rope_width}, posenc cannot place it"
+            )
+        ropes[t] = r | {"head_dim": rope_width, "rotary_dim": None}
     uses = cfg["no_rope_layers"] if model_type in NO_ROPE_KEY else None
+    bases = rules.layer_base(cfg, model_type, depth)  # layer_rope_theta: 0 is no RoPE
     layers = []
     for i, kind in enumerate(types):
-        rope = ropes[kind]
+        rope, lcfg = ropes[kind], cfg | own[i]
         if (uses is not None and not uses[i]) or not rules.rotates(cfg, model_type, kind, i):
             rope = None
+        if bases is not None and rope is not None and bases[i] is not None:
+            rope = rope | {"base": bases[i]} if bases[i] else None
         if kind in rules.NO_ATTENTION:  # a recurrent, convolution or feed-forward layer
             layers.append(dict.fromkeys(KEYS) | {"attention": False})
             continue
         layers.append({
             "attention": True, "rope": rope, "window": rules.window(cfg, kind),
             "chunk": _chunk(cfg, kind), "temperature": _temperature(cfg, model_type, rope),
-            "slice_start": cfg.get("qk_nope_head_dim") if _mla(cfg) and rope else None,
-            "softmax_factor": _softmax_factor(cfg, model_type, ropes[kind]),
+            "slice_start": lcfg.get("qk_nope_head_dim") if _mla(lcfg) and rope else None,
+            "softmax_factor": _softmax_factor(lcfg, model_type, ropes[kind]),
         })  # fmt: skip
     width = _qk_width(cfg, ropes.values())
     return {"model_type": model_type, "head_dim": width, "layers": layers}
@@ -139,9 +161,12 @@ def schedule_from_hf(config):
 
 def _rope(config, cfg, model_type, layer_type):
     """RoPE keyword arguments of one layer type (``None`` where the type has no RoPE)."""
-    if layer_type in rules.NO_ATTENTION:
+    if layer_type in rules.NO_ATTENTION or model_type in rules.NO_POSITION:
         return None  # no attention, no position (flat parameters serve the attention types)
     params = convert.rope_parameters(cfg)
+    theta = params.get("rope_theta", cfg.get("rope_theta", 0))
+    if model_type in rules.ROPE_IF_THETA and theta is None:
+        return None  # rope_theta given as None: no rotary embedding
     per_type = bool(read.per_type_keys(params, cfg))
     if TEXT_OF.get(model_type, model_type) in MROPE_LAYOUT:
         if per_type and params.get(layer_type) is None:
@@ -229,6 +254,8 @@ def _softmax_factor(cfg, model_type, rope):
         return None
     if model_type in SCALE_ONE:
         return math.sqrt(width)
+    if model_type in SCALE_HALF_WIDTH:
+        return math.sqrt(2)
     if cfg.get("query_pre_attn_scalar"):
         factor = math.sqrt(width / cfg["query_pre_attn_scalar"])
         return None if factor == 1 else factor
