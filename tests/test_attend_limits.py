@@ -4,7 +4,8 @@ float64 NumPy oracle (``posenc.attention``), the mask built by hand from the doc
 * ``window=w``: query position ``i`` sees key positions ``j`` with ``0 <= i - j < w``;
 * ``chunk=c``: query position ``i`` sees key positions ``j <= i`` with ``i // c == j // c``
   (positions, not slots: in a packed row they restart at each document);
-* without causality, a window keeps ``j > i - w`` and documents still apply;
+* without causality a window is refused by name (a bidirectional one is not built, a
+  look-back one is none) and documents still apply;
 * the same hidden keys through FlexAttention's block mask as through SDPA's float mask;
 * ``documents``: a packed row gives each document what it gets alone (RoPE's positions
   restart at every document, ALiBi's distances too).
@@ -18,7 +19,18 @@ import torch
 from expect import raises_exactly
 
 import posenc
-from posenc.torch import ALiBi, RotaryEmbedding, attend
+from posenc.torch import (
+    ALiBi,
+    Layer,
+    MultiHeadAttention,
+    NoPE,
+    RotaryEmbedding,
+    Schedule,
+    TransformerLM,
+    attend,
+    attention_mask,
+)
+from posenc.torch.attention.core import plan
 
 B, H, S, D = 2, 2, 9, 8
 
@@ -61,13 +73,29 @@ def test_a_window_inside_chunks_applies_both():
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
 
 
-def test_without_causality_a_window_and_documents_still_hide_keys():
-    # causal=False: a window keeps the keys j > i - window (later keys included) and
-    # documents keep each query to its own; nothing else is hidden
+REFUSED = ("window needs causal=True{}, got window=3 with causal=False: a bidirectional "
+           "sliding window (HF's |i - j| <= w) is not built, and a look-back window is no such "
+           "window")  # fmt: skip
+
+
+def test_without_causality_a_window_is_refused_and_documents_still_hide_keys():
+    # causal=False with a window: refused by name, wherever it is asked for (it was built as
+    # a look-back window with every later key visible, which is no bidirectional convention:
+    # HF's is |i - j| <= w); documents keep each query to its own; nothing else is hidden
     q, k, v = _qkv(5)
-    got = attend(q, k, v, causal=False, window=3)
-    want = _softmax_attention(q, k, v, _visible(lambda i, j: j > i - 3))
-    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+    with raises_exactly(REFUSED.format("")):
+        attend(q, k, v, causal=False, window=3)
+    with raises_exactly(REFUSED.format("")):
+        attention_mask(NoPE(), range(S), range(S), causal=False, window=3, dtype=torch.float64)
+    with raises_exactly(REFUSED.format("")):
+        plan(NoPE(), range(S), range(S), causal=False, key_valid=None, heads=H,
+             backend="sdpa", dtype=torch.float64, device=None, limits=(3, None))  # fmt: skip
+    with raises_exactly(REFUSED.format("")):
+        MultiHeadAttention(16, 2, causal=False, window=3)
+    schedule = Schedule([Layer(NoPE()), Layer(NoPE(), window=3)])
+    with raises_exactly(REFUSED.format(" (schedule layer 1)")):
+        TransformerLM(11, 16, 2, 2, schedule=schedule, causal=False)
+    TransformerLM(11, 16, 2, 2, schedule=schedule)  # causal: the window is built
     docs = torch.tensor([[0] * 4 + [1] * 5] * B)
     got = attend(q, k, v, causal=False, documents=docs)
     want = _softmax_attention(q, k, v, _visible(lambda i, j: (i < 4) == (j < 4)))

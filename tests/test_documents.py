@@ -71,6 +71,63 @@ def test_packed_rows_give_each_document_its_own_logits(name):
     assert (mixed - alone).abs().amax() > 1e-3  # the test can tell
 
 
+PADDED = torch.tensor([[0, 1, 1, 1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1, 0, 1, 0]], dtype=torch.bool)
+
+
+def test_default_positions_of_padded_packed_rows_count_the_real_tokens_only():
+    from posenc.torch.documents import real_positions
+
+    # counted by hand: 0 at each document's first real token, +1 at each real token after
+    # it; a padding slot takes the position of the real token before it (0 before any)
+    assert real_positions(PADDED, DOCS).tolist() == [[0, 0, 1, 2, 0, 0, 1, 0, 0],
+                                                     [0, 1, 0, 0, 0, 1, 1, 2, 2]]  # fmt: skip
+    assert real_positions(PADDED).tolist() == [[0, 0, 1, 2, 2, 3, 4, 4, 5],
+                                               [0, 1, 1, 1, 2, 3, 3, 4, 4]]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_padding_inside_packed_documents_leaves_each_documents_real_tokens_as_alone(name):
+    # positions not given count each document's real tokens from its first: padding at a
+    # document's start, inside it or at its end changes nothing (absolute encodings too);
+    # decoding continues the row's last document after its last real token
+    torch.manual_seed(0)
+    enc = ENCODINGS[name]()
+    layers = [Layer(enc, chunk=2), Layer(enc, window=2)]
+    sched = Schedule(layers, input=enc if "input" in enc.places else None)
+    lm = TransformerLM(V, D, 2, H, schedule=sched).double().eval()
+    idx = torch.randint(0, V, (2, 11), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        packed = lm(idx[:, :9], padding_mask=PADDED, documents=DOCS)
+        cache = lm.new_cache(2, 11)
+        steps = [lm(idx[:, :9], padding_mask=PADDED, documents=DOCS, cache=cache)]
+        steps = torch.cat(steps + [lm(idx[:, i : i + 1], cache=cache) for i in (9, 10)], 1)
+        for b in range(2):
+            for d in DOCS[b].unique():
+                where = ((DOCS[b] == d) & PADDED[b]).nonzero().flatten()
+                alone = lm(idx[b : b + 1, where])[0]
+                torch.testing.assert_close(packed[b, where], alone, rtol=0, atol=1e-12)
+            where = torch.cat([where, torch.tensor([9, 10])])  # the last document, decoded
+            torch.testing.assert_close(steps[b, where], lm(idx[b : b + 1, where])[0], rtol=0,
+                                       atol=1e-12)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+def test_attend_with_padding_inside_packed_documents_gives_each_document_alone(backend):
+    # attend's default positions: each document's real keys counted from its first
+    g = torch.Generator().manual_seed(10)
+    dtype = torch.float64 if backend == "sdpa" else torch.float32  # flex: no float64
+    q, k, v = (torch.randn(2, H, 9, HD, generator=g, dtype=dtype) for _ in range(3))
+    rope = RotaryEmbedding(HD, max_len=32)
+    got = attend(q, k, v, rope, padding_mask=PADDED, documents=DOCS, chunk=2, backend=backend)
+    for b in range(2):
+        for d in DOCS[b].unique():
+            where = ((DOCS[b] == d) & PADDED[b]).nonzero().flatten()
+            one = (t[b : b + 1, :, where].double() for t in (q, k, v))
+            want = attend(*one, rope, chunk=2, backend="sdpa")[0]  # alone, from 0
+            torch.testing.assert_close(got[b][:, where].double(), want, rtol=0,
+                                       atol=1e-12 if backend == "sdpa" else 1e-5)  # fmt: skip
+
+
 def test_a_schedule_with_a_window_and_flex_attention_keep_documents_apart():
     torch.manual_seed(0)
     sched = Schedule([Layer(ALiBi(H), window=3), Layer(RotaryEmbedding(HD, max_len=32))])

@@ -28,6 +28,7 @@ from posenc.torch import (
     NoPE,
     RotaryEmbedding,
     Schedule,
+    SinusoidalEncoding,
     TransformerLM,
     attend,
     attention_mask,
@@ -197,14 +198,16 @@ def test_decoding_after_a_packed_prefill_ending_in_padding_equals_the_last_docum
             torch.testing.assert_close(got[b], alone, rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["positions", "default positions"])
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("limits", LIMITS, ids=str)
-def test_decoding_after_a_left_padded_prefill_equals_the_unpadded_forward(limits, static):
+def test_decoding_after_a_left_padded_prefill_equals_the_unpadded_forward(limits, static, given):
+    # positions not given with a padding mask count the real tokens only, as POS does
     lm = _lm(**limits)
     idx = torch.randint(0, V, (3, S + 3), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         cache = lm.new_cache(3, S + 3, static=static)
-        got = [lm(idx[:, :S], POS, PAD, cache=cache)]
+        got = [lm(idx[:, :S], POS if given else None, PAD, cache=cache)]
         got += [lm(idx[:, i : i + 1], cache=cache) for i in range(S, S + 3)]
         got = torch.cat(got, 1)  # (3, S + 3, V)
         for b in range(3):
@@ -213,15 +216,48 @@ def test_decoding_after_a_left_padded_prefill_equals_the_unpadded_forward(limits
             torch.testing.assert_close(got[b, real], alone, rtol=0, atol=1e-12)
 
 
+INNER = torch.tensor(
+    [[0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1], [1] * 9 + [0, 0]],
+    dtype=torch.bool,
+)  # padding on the left, inside a row, on the right
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("limits", LIMITS, ids=str)
+def test_padding_anywhere_without_positions_leaves_each_rows_real_tokens_as_alone(limits, static):
+    # default positions count the real tokens only: padding on the left, inside a row or on
+    # its right changes nothing for the real tokens, an absolute encoding of the input
+    # included (its positions); a cache continues each row after its last real token
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(HD, max_len=64)
+    sched = Schedule([Layer(rope, **limits), Layer(rope)], input=SinusoidalEncoding(D))
+    lm = TransformerLM(V, D, 2, H, schedule=sched).double().eval()
+    idx = torch.randint(0, V, (3, S + 2), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        got = lm(idx[:, :S], padding_mask=INNER)
+        cache = lm.new_cache(3, S + 2, static=static)
+        steps = [lm(idx[:, :S], padding_mask=INNER, cache=cache)]
+        steps += [lm(idx[:, i : i + 1], cache=cache) for i in range(S, S + 2)]
+        steps = torch.cat(steps, 1)  # (3, S + 2, V)
+        for b in range(3):
+            alone = lm(idx[b : b + 1, :S][:, INNER[b]])[0]  # the real tokens, from 0
+            torch.testing.assert_close(got[b, INNER[b]], alone, rtol=0, atol=1e-12)
+            real = torch.cat([INNER[b], torch.ones(2, dtype=torch.bool)])
+            alone = lm(idx[b : b + 1, real])[0]  # then the two decoded tokens
+            torch.testing.assert_close(steps[b, real], alone, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("pad", [PAD, INNER], ids=["left", "left, inside and right"])
 @pytest.mark.parametrize("use_cache", [True, False])
 @pytest.mark.parametrize("limits", LIMITS, ids=str)
-def test_generate_from_a_left_padded_prompt_gives_the_unpadded_prompts_tokens(limits, use_cache):
+def test_generate_from_a_padded_prompt_gives_the_unpadded_prompts_tokens(limits, use_cache, pad):
+    # a row's first new token comes from its last real token's logits (right padding too)
     lm = _lm(**limits)
     lm.head.weight.data *= 50  # sharp logits: a wrong mask changes the argmax, not a decimal
     idx = torch.randint(0, V, (3, S), generator=torch.Generator().manual_seed(4))
-    got = lm.generate(idx, 6, padding_mask=PAD, use_cache=use_cache)
+    got = lm.generate(idx, 6, padding_mask=pad, use_cache=use_cache)
     for b in range(3):
-        alone = lm.generate(idx[b : b + 1, PAD[b]], 6)
+        alone = lm.generate(idx[b : b + 1, pad[b]], 6)
         assert torch.equal(got[b, S:], alone[0, -6:]), (b, got[b, S:], alone[0, -6:])
 
 

@@ -10,6 +10,7 @@ import posenc
 from posenc.torch import ALiBi, T5RelativeBias
 from posenc.torch.attention import reuse
 from posenc.torch.attention.core import attend, plan
+from posenc.torch.attention.mask import release
 
 B, H, D, S = 1, 4, 8, 12
 
@@ -24,7 +25,9 @@ def _qkv(seq_q=1, seed=0):
 def _step_mask(enc):
     kw = {"causal": True, "key_valid": None, "heads": H, "backend": "sdpa",
           "dtype": torch.float64, "device": torch.device("cpu")}  # fmt: skip
-    return plan(enc, range(S - 1, S), range(S), **kw).mask
+    step = plan(enc, range(S - 1, S), range(S), **kw)
+    release(step)  # a step that took the thread's workspace gives it back
+    return step.mask
 
 
 def test_a_decode_steps_mask_is_built_once():
@@ -111,9 +114,10 @@ def test_a_setting_changed_by_hand_is_a_new_mask_and_user_encodings_are_not_kept
 def test_inference_mode_tensors_are_not_kept():
     with torch.inference_mode():
         t5 = T5RelativeBias(H, num_buckets=8, max_distance=16).double()  # no version counters
-        first, again = _step_mask(t5), _step_mask(t5)
-    assert first is not again
-    torch.testing.assert_close(first, again)
+        args = (range(S - 1, S), range(S), True, H, torch.float64, None, (None, None))
+        assert reuse.key(t5, *args) is None  # nothing to key on: built every call
+        first = _step_mask(t5).clone()
+        torch.testing.assert_close(_step_mask(t5), first)
 
 
 def test_threads_share_kept_masks_safely():

@@ -56,7 +56,9 @@ def test_without_a_cache_the_step_starts_at_slot_0_over_its_own_keys(monkeypatch
     mask = torch.tensor([[True, True, True], [False, True, True]])
     seen = _planned(monkeypatch, ALiBi(2), None, padding_mask=mask, backend="sdpa", device=None)
     assert seen["start"] == 0 and seen["full_kv"] is False and seen["cache"] is None
-    assert seen["key_valid"] is mask and seen["q"] == seen["k"] == range(3)
+    assert seen["key_valid"] is mask and seen["q"] is seen["k"]
+    # positions count the real tokens: the left-padded row starts at its first real one
+    assert seen["q"].tolist() == [[0, 1, 2], [0, 0, 1]]
 
 
 @pytest.mark.parametrize(

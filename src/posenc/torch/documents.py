@@ -87,6 +87,27 @@ def positions_of(documents) -> torch.Tensor:
     return index - start.cummax(dim=1).values  # (batch, seq)
 
 
+def real_positions(real, documents=None) -> torch.Tensor:
+    """Default positions of padded (and packed) rows: counted over the real tokens only.
+
+    0 at each row's first real token (each document's, with ``documents``), one more at
+    each real token after it, as if the padding were not there (HF's ``generate`` derives
+    them so from its ``attention_mask``); a padding slot takes the position of the real
+    token before it in its document (0 before any). Padding marked as a document of its
+    own gives the same positions to the real tokens.
+
+    ``real``: bool ``(batch, seq)``, ``False`` on padding; ``documents``: ids
+    :func:`check_documents` has passed, or ``None``. Returns int64 ``(batch, seq)`` on
+    ``real``'s device, in ``[0, seq - 1]``.
+    """
+    seen = real.long().cumsum(1)  # (batch, seq): real tokens up to each slot, itself included
+    if documents is not None:  # ... of its own document: minus those before the document
+        documents = documents.to(real.device)
+        first = torch.arange(real.shape[1], device=real.device) - positions_of(documents)
+        seen = seen - (seen - real.long()).gather(1, first.expand_as(seen))
+    return (seen - 1).clamp(min=0)
+
+
 def check_agree(positions, documents) -> torch.Tensor:
     """Refuse positions that do not restart at 0 where a document starts (after a row's
     first token, which may continue a document); return them as a tensor (a ``range``

@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
-from posenc.torch.attention.mask import _mask, check_limits, release
-from posenc.torch.documents import check_agree, check_documents, positions_of
+from posenc.torch.attention.mask import _mask, check_limits, refuse_bidirectional_window, release
+from posenc.torch.documents import check_agree, check_documents, positions_of, real_positions
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
+from posenc.torch.position_values import remember_bounds
 from posenc.torch.positions import position_arg
 
 __all__ = ["attend", "plan", "Step"]
@@ -128,6 +129,8 @@ def plan(encoding, q_positions, k_positions, *, causal, key_valid, heads, backen
          documents=None, order=None, context=None) -> Step:  # fmt: skip
     """The mask (or score_mod and block mask) of one step, built once for all its layers of
     one kind (``limits``: their sliding window and chunk)."""
+    if limits[0] is not None and not causal:
+        refuse_bidirectional_window(limits[0])
     if order is not None and backend == "auto":
         backend = "sdpa"  # context parallelism runs on SDPA
     backend = resolve_backend(backend, encoding, device)
@@ -190,9 +193,14 @@ def attend(
     q_positions : torch.Tensor or range, optional
         Default: the last ``seq_q`` key positions.
     k_positions : torch.Tensor or range, optional
-        ``(seq_k,)`` or ``(batch, seq_k)``; default ``0 .. seq_k - 1``.
+        ``(seq_k,)`` or ``(batch, seq_k)``; default ``0 .. seq_k - 1``, or counted over the
+        real keys where a ``padding_mask`` is given: 0 at each row's first real token (and
+        each document's), the padding skipped, as HF's ``generate`` and its chunked masks
+        count them (:func:`~posenc.torch.documents.real_positions`). Give positions to
+        count otherwise.
     causal : bool
-        Causal attention.
+        Causal attention; ``False`` refuses a ``window`` (a bidirectional sliding window
+        such as HF's ``|i - j| <= w`` is not built).
     padding_mask : torch.Tensor, optional
         Bool ``(batch, seq_k)``, ``True`` for real keys.
     backend : {"auto", "sdpa", "flex"}
@@ -210,7 +218,7 @@ def attend(
     documents : torch.Tensor, optional
         Int64 ``(batch, seq)`` document ids of packed rows (self-attention, ``seq_q ==
         seq_k``), non-decreasing along a row: no query sees a key of another document, and
-        positions not given restart at 0 at each document.
+        positions not given restart at 0 at each document (at its first real token).
 
     Returns
     -------
@@ -242,15 +250,19 @@ def attend(
         )
     if causal and sq > sk:
         raise ValueError(f"causal attention needs seq_q <= seq_k, got {sq} and {sk}")
-    docs = None
+    limits = check_limits(window, chunk, causal)
+    valid = None if padding_mask is None else check_padding_mask(padding_mask, b, sk)
+    docs, given = None, k_positions is not None
     if documents is not None:
         if sq != sk:
             raise ValueError(f"documents needs self-attention (seq_q == seq_k), got {sq} and {sk}")
         docs = check_documents(documents, b, sk)
-        if k_positions is None:
-            k_positions = positions_of(docs)
+    if k_positions is None and valid is not None:  # counted over the real keys
+        k_positions = remember_bounds(real_positions(valid, docs), 0, sk - 1)  # no read
+    elif k_positions is None and docs is not None:
+        k_positions = remember_bounds(positions_of(docs), 0, sk - 1)
     k_pos = position_arg(k_positions, b, sk, axes=enc.position_axes)
-    if docs is not None:
+    if docs is not None and given:  # derived ones restart at each document: no read
         k_pos = check_agree(k_pos, docs)
     if q_positions is None and sq > sk:
         raise ValueError(
@@ -260,11 +272,10 @@ def attend(
         q_pos = range(sk - sq, sk) if isinstance(k_pos, range) else k_pos[:, sk - sq :]
     else:
         q_pos = position_arg(q_positions, b, sq, axes=enc.position_axes)
-    valid = None if padding_mask is None else check_padding_mask(padding_mask, b, sk)
     q, k = enc.encode_qk(q, k, q_pos, k_pos)
     step = plan(
         enc, q_pos, k_pos, causal=causal, key_valid=valid, heads=h, backend=backend,
-        dtype=q.dtype, device=q.device, limits=check_limits(window, chunk),
+        dtype=q.dtype, device=q.device, limits=limits,
         documents=None if docs is None else (docs, docs),
     )  # fmt: skip
     try:

@@ -14,7 +14,7 @@ import threading
 import torch
 
 from posenc.torch.attention import reuse
-from posenc.torch.documents import positions_of
+from posenc.torch.documents import real_positions
 from posenc.torch.positions import len_of, position_tensor
 
 __all__ = ["attention_mask", "check_limits", "release"]
@@ -53,7 +53,8 @@ def attention_mask(
         Sliding window, counted in positions: the key at position ``k`` is visible to the
         query at position ``q`` only if ``q - k < window`` (Mistral's, Gemma's local layers).
         Grid coordinates ``(b, seq, n_axes)`` count the slots instead, from each row's first
-        real token (``key_valid``).
+        real token (``key_valid``). Refused with ``causal=False`` (a bidirectional window
+        is not built).
     chunk : int, optional
         Chunked attention, counted in positions: only keys with ``k // chunk == q //
         chunk`` are visible (Llama 4's local layers; grid coordinates: slots).
@@ -65,7 +66,7 @@ def attention_mask(
     is_causal : bool
         Whether SDPA's own causal path applies (only when ``mask`` is ``None``).
     """
-    limits = check_limits(window, chunk)
+    limits = check_limits(window, chunk, causal)
     return _mask(encoding, q_positions, k_positions, causal, key_valid, heads, dtype, device,
                  limits=limits)  # fmt: skip
 
@@ -217,18 +218,13 @@ def limit_positions(positions, i, j, device, key_valid=None, documents=None):
 
 def real_index(key_valid, documents, device) -> torch.Tensor:
     """Int64 ``(b, sk)``: each key slot's index among the real slots of its document (padding
-    skipped, 0 at each row's first real token and each document's first); ``key_valid`` bool
+    skipped, 0 at each row's first real token and each document's first: the default
+    positions of :func:`~posenc.torch.documents.real_positions`); ``key_valid`` bool
     ``(b, sk)`` or ``None``, ``documents`` ``(q_documents, k_documents)`` or ``None``."""
     k_doc = None if documents is None else documents[1].to(device)  # (b, sk)
     if key_valid is None:
-        real = torch.ones_like(k_doc)
-    else:
-        real = key_valid.to(device).long()
-    before = real.cumsum(1) - real  # (b, sk): real slots before each slot
-    if k_doc is None:
-        return before
-    first = torch.arange(k_doc.shape[1], device=device) - positions_of(k_doc)  # its document's
-    return before - before.gather(1, first.expand_as(before))
+        return real_positions(torch.ones_like(k_doc, dtype=torch.bool), k_doc)
+    return real_positions(key_valid.to(device), k_doc)
 
 
 def grid(positions) -> bool:
@@ -250,10 +246,24 @@ def within(p, r, limits):
     return ok
 
 
-def check_limits(window, chunk) -> tuple:
-    """``(window, chunk)`` after checking each is ``None`` or an int >= 1."""
+def check_limits(window, chunk, causal=True) -> tuple:
+    """``(window, chunk)`` after checking each is ``None`` or an int >= 1, and that a window
+    comes with causal attention (:func:`refuse_bidirectional_window`)."""
     for name, value in (("window", window), ("chunk", chunk)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 1):  # fmt: skip
             raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
+    if window is not None and not causal:
+        refuse_bidirectional_window(window)
     return window, chunk
+
+
+def refuse_bidirectional_window(window, where=""):
+    """``ValueError``: a sliding window without causality is not built. Its conventions
+    (HF's ``|i - j| <= w`` of ModernBERT's and Gemma's encoders) are not the look-back
+    window ``0 <= i - j < w``, and posenc builds neither in its place."""
+    raise ValueError(
+        f"window needs causal=True{where}, got window={window!r} with causal=False: a "
+        "bidirectional sliding window (HF's |i - j| <= w) is not built, and a look-back "
+        "window is no such window"
+    )

@@ -16,7 +16,7 @@ import torch
 
 from posenc._checks import check_int
 from posenc.torch import position_values as pv
-from posenc.torch.documents import after_last_document
+from posenc.torch.documents import after_last_document, real_positions
 from posenc.torch.position_values import carry_bounds, joined, known_bounds, remember_bounds
 from posenc.torch.positions import position_arg
 
@@ -138,24 +138,25 @@ class KVCache:
         if batch != self.batch:
             raise ValueError(f"batch must be {self.batch} (the cache's), got {batch}")
 
-    def _new_positions(self, positions, batch, n, default):
+    def _new_positions(self, positions, batch, n, default, real=None):
         """The positions of a step's ``n`` new tokens, the one path of both caches.
 
         ``positions``: what the caller gave (validated here, any number of axes), or
         ``None`` for ``default`` (the cache's own guess while rows share their positions)
-        or, once positions or padding were given, each row's :attr:`next_position` on.
+        or, once positions or padding were given, each row's :attr:`next_position` on
+        (counted over the real tokens of ``real``, the step's padding mask, if given).
         A 1-D step into a grid cache is widened to ``(p, ..., p)``; a first grid step
         widens the stored positions alike. Returns a ``range`` or an int64 tensor.
         """
         if positions is not None:
             q_pos = position_arg(positions, batch, n, axes=None)
-        elif default is not None:
+        elif default is not None and real is None:
             q_pos = default
         else:  # continue every row after its own largest coordinate
-            nxt = self.next_position  # (batch, 1)
-            q_pos = nxt + torch.arange(n, device=nxt.device)  # (batch, n)
-            known = known_bounds(nxt)
-            if known is not None:  # the bounds follow from next_position's: nothing to read
+            nxt = self.next_position  # (batch, 1); then (n,) or (batch, n) padding skipped
+            ahead = torch.arange(n, device=nxt.device) if real is None else real_positions(real)
+            q_pos = nxt + ahead.to(nxt.device)  # (batch, n)
+            if (known := known_bounds(nxt)) is not None:  # from next_position's: no read
                 remember_bounds(q_pos, known[0], known[1] + n - 1)
         return self._grid_positions(q_pos)
 
@@ -222,9 +223,8 @@ class KVCache:
             )
         saved = (self.length, self.padded, self.contiguous)
         stored = known_bounds(self.positions)  # before this step writes into them
-        q_pos = self._new_positions(
-            positions, batch, n, range(start, stop) if self.contiguous else None
-        )
+        default = range(start, stop) if self.contiguous else None
+        q_pos = self._new_positions(positions, batch, n, default, padding_mask)
         if not (isinstance(q_pos, range) and q_pos.start == start):
             self.contiguous = False
         if isinstance(q_pos, range):  # its own values (a range need not start at the slot)

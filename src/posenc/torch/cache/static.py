@@ -135,7 +135,7 @@ class StaticKVCache(KVCache):
             self.per_row = True
         default = None if self.per_row else carry_bounds(new, new[None])  # position == slot
         stored = known_bounds(self.positions)  # before this step writes into them
-        q_pos = self._new_positions(positions, batch, n, default)
+        q_pos = self._new_positions(positions, batch, n, default, padding_mask)
         if isinstance(q_pos, range):
             q_pos = carry_bounds(
                 q_pos, torch.arange(q_pos.start, q_pos.stop, device=new.device)[None]

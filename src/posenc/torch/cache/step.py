@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posenc.torch.attention.core import Step, check_padding_mask, plan, resolve_backend
-from posenc.torch.documents import check_agree, check_documents, positions_of
+from posenc.torch.documents import check_agree, check_documents, positions_of, real_positions
+from posenc.torch.position_values import remember_bounds
 from posenc.torch.positions import position_arg
 
 __all__ = ["Placed", "place", "plan_layer", "plan_step"]
@@ -33,14 +34,18 @@ class Placed:
 
 def place(axes, batch, n, positions, padding_mask, cache, documents=None) -> Placed:
     """Positions and cache slots of ``n`` new tokens (``axes``: coordinates per token);
-    ``documents``: packed rows, positions restarting at each document unless given."""
+    ``documents``: packed rows, positions restarting at each document unless given. Not
+    given with a ``padding_mask``, they count its real tokens only (0 at each row's first,
+    each document's first; with a cache, continuing each row: ``KVCache._new_positions``)."""
     if padding_mask is not None:
         check_padding_mask(padding_mask, batch, n)
     docs, given = None, positions is not None
     if documents is not None:
         docs = check_documents(documents, batch, n)
-        if positions is None:
-            positions = positions_of(docs)  # (batch, n): 0 at each start
+    if positions is None and padding_mask is not None and (cache is None or docs is not None):
+        positions = remember_bounds(real_positions(padding_mask, docs), 0, n - 1)  # (batch, n)
+    elif positions is None and docs is not None:
+        positions = remember_bounds(positions_of(docs), 0, n - 1)  # (batch, n): 0 at each start
     if positions is not None:
         positions = position_arg(positions, batch, n, axes=axes)
         if docs is not None and given:

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention.core import check_backend
-from posenc.torch.attention.mask import release
+from posenc.torch.attention.core import check_backend, check_padding_mask
+from posenc.torch.attention.mask import refuse_bidirectional_window, release
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.step import place, plan_layer
 from posenc.torch.encodings.base import PositionalEncoding
@@ -129,6 +129,9 @@ class TransformerLM(nn.Module):
             self.encodings = nn.ModuleList(schedule.encodings)  # the model owns them
         self.schedule = schedule
         self.causal, self.backend = bool(causal), check_backend(backend)
+        for i, layer in enumerate(schedule if not causal else ()):
+            if layer.window is not None:
+                refuse_bidirectional_window(layer.window, f" (schedule layer {i})")
         kw = {"kv_heads": kv_heads, "bias": bias, "causal": causal, "backend": backend}
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(
@@ -174,7 +177,8 @@ class TransformerLM(nn.Module):
             Token ids, int64 ``(batch, seq)``.
         positions : torch.Tensor or range, optional
             Int positions ``(seq,)`` or ``(batch, seq)``. Default ``0 .. seq - 1``, or with a
-            cache: one past each row's last cached position.
+            cache: one past each row's last cached position; with a ``padding_mask``,
+            counted over the real tokens only (0 at each row's first, each document's).
         padding_mask : torch.Tensor, optional
             Bool ``(batch, seq)``, ``True`` for real tokens; remembered by the cache.
         cache : posenc.torch.KVCache, optional
@@ -256,9 +260,11 @@ class TransformerLM(nn.Module):
             With a KV cache (default), one forward of one token per step; without, the
             whole sequence is re-run every step (for comparison).
         padding_mask : torch.Tensor, optional
-            Bool ``(batch, seq)``, ``False`` on the left padding of the prompt; each row's
-            positions then start at 0 on its first real token, and so do the windows and
-            chunks of its layers (counted in positions).
+            Bool ``(batch, seq)``, ``False`` on the padding of the prompt (either side):
+            positions count the real tokens only (0 at each row's first), and so do the
+            windows and chunks of the layers. Each row's first new token is predicted at
+            its last real token; new tokens follow the last slot (right padding stays
+            between the prompt and them).
 
         Returns
         -------
@@ -271,27 +277,23 @@ class TransformerLM(nn.Module):
                 f"idx must be a (batch, seq) prompt of at least one token, got {tuple(idx.shape)}"
             )
         b, n = idx.shape
-        positions = None
-        if padding_mask is not None:
-            positions = (padding_mask.long().cumsum(1) - 1).clamp(min=0)  # (b, n)
         if max_new_tokens == 0:
             return idx
-        if not use_cache:
-            for _ in range(max_new_tokens):
-                nxt = self(idx, positions, padding_mask)[:, -1].argmax(-1, keepdim=True)
-                idx = torch.cat([idx, nxt], dim=1)  # (b, n + 1)
-                if padding_mask is not None:
-                    padding_mask = torch.cat(
-                        [padding_mask, torch.ones_like(nxt, dtype=torch.bool)], 1
-                    )
-                    positions = torch.cat([positions, positions[:, -1:] + 1], 1)
-            return idx
-        cache = self.new_cache(b, n + max_new_tokens)
-        logits = self(idx, positions, padding_mask, cache=cache)  # (b, n, vocab)
-        out = [idx]
+        rows, at = torch.arange(b, device=idx.device), -1  # the slot whose logits come next
+        if padding_mask is not None:  # each row's last real slot (right padding after it)
+            real = check_padding_mask(padding_mask, b, n).to(idx.device)
+            at = torch.where(real, torch.arange(n, device=idx.device), 0).amax(1)  # (b,)
+        out, cache = [idx], self.new_cache(b, n + max_new_tokens) if use_cache else None
+        logits = self(idx, None, padding_mask, cache=cache)  # (b, n, vocab)
         for i in range(max_new_tokens):
-            nxt = logits[:, -1].argmax(-1, keepdim=True)  # (b, 1)
+            nxt, at = logits[rows, at].argmax(-1, keepdim=True), -1  # (b, 1)
             out.append(nxt)
-            if i + 1 < max_new_tokens:
+            if i + 1 == max_new_tokens:
+                break
+            if cache is not None:
                 logits = self(nxt, cache=cache)  # (b, 1, vocab): one token per step
+                continue
+            if padding_mask is not None:  # without a cache: the whole sequence again
+                padding_mask = torch.cat([padding_mask, torch.ones_like(nxt, dtype=torch.bool)], 1)
+            logits = self(torch.cat(out, dim=1), None, padding_mask)  # (b, n + i + 1, vocab)
         return torch.cat(out, dim=1)  # (b, n + max_new_tokens)

@@ -51,7 +51,8 @@ class MultiHeadAttention(nn.Module):
     window : int, optional
         Sliding window, counted in positions: the query at position ``q`` sees the keys at
         positions ``q - window < k`` (Mistral, Gemma's local layers); after left padding
-        and in packed documents the positions restart, so the window does too.
+        and in packed documents the positions restart, so the window does too. Refused
+        with ``causal=False`` (a bidirectional window, HF's ``|i - j| <= w``, is not built).
     chunk : int, optional
         Chunked attention, counted in positions: the query at position ``q`` sees only the
         keys with ``k // chunk == q // chunk`` (Llama 4's layers with RoPE; chunks start at
@@ -88,7 +89,7 @@ class MultiHeadAttention(nn.Module):
         chunk: int | None = None,
     ):
         super().__init__()
-        self.window, self.chunk = check_limits(window, chunk)
+        self.window, self.chunk = check_limits(window, chunk, causal)
         self.dim = check_int("dim", dim, minimum=1)
         self.heads = check_int("heads", heads, minimum=1)
         if dim % heads:
@@ -135,7 +136,8 @@ class MultiHeadAttention(nn.Module):
         positions : torch.Tensor or range, optional
             Int positions ``(seq,)`` or ``(batch, seq)`` of the new tokens. Default
             ``0 .. seq - 1``, or with a cache: one past each row's last cached position (the
-            cache's length when it was filled with default positions).
+            cache's length when it was filled with default positions); with a
+            ``padding_mask``, counted over the real tokens only (0 at each row's first).
         padding_mask : torch.Tensor, optional
             Bool ``(batch, seq)``, ``True`` for real tokens. Padding keys get no weight,
             now and, when cached, in every later step.
