@@ -109,6 +109,8 @@ def _posenc(config, layer_type):
             enc, sliced = enc.inner, True  # HF's rotary gives the rotated slice alone
             break
         enc = enc.inner
+    if enc is None or "qk" not in enc.places:  # a softmax factor around no rotation (Zamba2)
+        return None, "Schedule.from_hf(config)", False
     return enc, "Schedule.from_hf(config)", sliced
 
 
