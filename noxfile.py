@@ -186,6 +186,7 @@ BENCHES = {  # name -> script; each writes benchmarks/results/<name>.json
     "alibi": "benchmarks/bench_alibi.py",
     "pope": "benchmarks/bench_pope.py",
     "packing": "benchmarks/bench_packing.py",
+    "host": "benchmarks/bench_host.py",  # host time per call at a decode shape, vs HF / SDPA
     "gpu": "benchmarks/bench_gpu.py",  # CUDA only: says so and exits 0 elsewhere
     "gpu_scores": "benchmarks/bench_gpu_scores.py",  # CUDA only, as above
 }
@@ -196,8 +197,8 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against peers, measured in one run each; JSON in benchmarks/results/.
 
     ``nox -s bench`` runs them all; ``nox -s bench -- decode`` (``rope``, ``alibi``,
-    ``pope``, ``gpu``, ``gpu_scores``) one of them. ``--no-compile`` skips RoPE's
-    torch.compile rows. ``gpu`` (the rotation family, ``benchmarks/results/gpu.json``;
+    ``pope``, ``packing``, ``host``, ``gpu``, ``gpu_scores``) one of them. ``--no-compile``
+    skips RoPE's torch.compile rows. ``gpu`` (the rotation family, ``benchmarks/results/gpu.json``;
     liger-kernel's RoPE joins if installed) and ``gpu_scores`` (score biases, compiled
     decoding, ``gpu_scores.json``) measure on a CUDA GPU and write nothing without one. Peers
     (transformers, torchtune with torchao, rotary-embedding-torch, x-transformers) are
