@@ -227,3 +227,63 @@ def test_rope_conversion_refusals_name_the_key():
     assert rope_parameters(yarn)["full_attention"] == {
         "rope_type": "yarn", "factor": 2.0, "rope_theta": 5e5,
         "original_max_position_embeddings": 64}  # fmt: skip
+
+
+# per-layer-type dicts as found in config.json files: v5 sets missing keys the class fills
+# (rope_type, or only a legacy "type"; rope_theta), v4 flat keys, or none
+SHAPES = {
+    "v5 legacy type": {"rope_parameters": {
+        "full_attention": {"type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_theta": 1e4}}},
+    "v5 no base": {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 2.0},
+                                       "sliding_attention": {"type": "default"}}},
+    "v4 flat": {"rope_theta": 3e5, "rope_local_base_freq": 77.0, "global_rope_theta": 9e4,
+                "local_rope_theta": 55.0, "rope_scaling": {"type": "yarn", "factor": 2.0}},
+    "v4 base only": {"rope_theta": 3e5},
+    "nothing": {},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("model_type", sorted(PER_TYPE))
+def test_per_type_conversion_is_the_config_class_s_rope_parameters(model_type, shape):
+    from posenc.hf.convert import rope_parameters
+
+    cfg = TINY | {"num_hidden_layers": 6} | copy.deepcopy(SHAPES[shape])
+    hf = _build(model_type, cfg)
+    assert rope_parameters(cfg | {"model_type": model_type}) == hf.rope_parameters
+
+
+def test_per_type_conversion_names_the_bad_value_and_shares_nothing_with_its_input():
+    from posenc.hf.convert import rope_parameters
+
+    gemma = {"model_type": "gemma3_text", "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    with pytest.raises(ValueError, match=r"rope_parameters\['full_attention'\], which is 3"):
+        rope_parameters(gemma | {"rope_parameters": {"full_attention": 3}})
+    with pytest.raises(ValueError, match=r"for model_type='laguna' its config class ignores the "
+                       r"flat keys .*: give rope_parameters per layer type, or pass the "
+                       r"transformers config object$"):  # fmt: skip
+        rope_parameters({"model_type": "laguna", "rope_theta": 1e4})
+    phi3 = TINY | {"model_type": "phi3", "rope_scaling": {"type": "yarn", **copy.deepcopy(LONG)}}
+    rope_parameters(phi3)["short_factor"].append(0.0)  # the base rule's copy, likewise
+    assert phi3["rope_scaling"]["short_factor"] == LONG["short_factor"]
+    long = {"rope_type": "longrope", "rope_theta": 1e4, **copy.deepcopy(LONG)}
+    given = {"full_attention": long, "sliding_attention": {"rope_type": "default"}}
+    out = rope_parameters({"model_type": "gemma3_text", "rope_parameters": given})
+    out["full_attention"]["short_factor"].append(0.0)  # a caller editing its result
+    assert given["full_attention"]["short_factor"] == LONG["short_factor"]
+
+
+@pytest.mark.parametrize("key", ["type", "rope_type"])
+@pytest.mark.parametrize("model_type, name", [("phi3", "yarn"), ("phi4_multimodal", "yarn"),
+                                              ("hunyuan_vl_text", "xdrope")])  # fmt: skip
+def test_renamed_rope_types_are_the_config_class_s_rope_parameters(model_type, name, key):
+    from posenc.hf.convert import rope_parameters
+
+    cfg = TINY | {"num_hidden_layers": 2, "rope_theta": 5e3, "original_max_position_embeddings": 64,
+                  "rope_scaling": {key: name, "factor": 2.0, **copy.deepcopy(LONG)}}  # fmt: skip
+    hf = _build(model_type, cfg)
+    assert hf.rope_parameters["rope_type"] != name  # the class renames it
+    out = rope_parameters(cfg | {"model_type": model_type})  # rope_theta etc. read elsewhere
+    out.pop("type", None)  # the legacy key, read only where rope_type is missing
+    assert out == {k: hf.rope_parameters[k] for k in out}

@@ -13,6 +13,7 @@ function at float64 angles, on image and video positions whose (t, h, w) differ.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -250,3 +251,42 @@ def test_layouts_mrope_does_not_offer_are_refused_by_name(model_type):
         MRoPE.from_hf(outer)
     with pytest.raises(ValueError, match="MRoPE.from_hf|not one whose pairing"):
         RotaryEmbedding.from_hf(config)  # not one RoPE either
+
+
+def test_a_layer_type_of_a_model_with_one_rope_set_is_that_set():
+    """Qwen3-VL's one flat set serves every attention layer: asking for the full-attention
+    layers builds it (as HF's rotary class rotates); a layer type whose set is None (Cohere
+    Compass's full layers) is refused by name."""
+    from posenc.hf import mrope_from_hf
+
+    config = _hf_config("qwen3_vl_text", {}, None)
+    pos = _grid_positions()
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 2, len(pos), 128, generator=gen, dtype=torch.float64)
+    want_q, want_k = _hf_rotate("qwen3_vl_text", config, None, q, q.flip(-1), pos)
+    got_q, got_k = MRoPE.from_hf(config, layer_type="full_attention")(q, q.flip(-1), pos[None])
+    torch.testing.assert_close(got_q, want_q, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_k, want_k, rtol=0, atol=1e-12)
+    compass = _hf_config("cohere_compass_text", {}, "sliding_attention")
+    assert compass.rope_parameters["full_attention"] is None
+    with pytest.raises(ValueError, match=r"^layer_type 'full_attention' has no RoPE \(its "
+                                         r"rope_parameters are None\)$"):  # fmt: skip
+        mrope_from_hf(compass, layer_type="full_attention")
+
+
+@pytest.mark.parametrize("top", [None, 0.5], ids=["class default", "top-level key"])
+def test_partial_m_rope_width_of_a_dict_is_that_of_hf_s_rotary_class(top):
+    """Qwen3.5 from a dict whose rope_parameters name no partial_rotary_factor: the class's
+    default (0.25), or a top-level key, sets the width HF's rotary class turns."""
+    from posenc.hf import mrope_from_hf
+
+    cfg = {"hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "head_dim": 128, "num_hidden_layers": 4,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
+    if top is not None:
+        cfg["partial_rotary_factor"] = top
+    hf = transformers.AutoConfig.for_model("qwen3_5_text", **copy.deepcopy(cfg))  # it fills in
+    width = 2 * len(_hf_rotary("qwen3_5_text", hf)[1].inv_freq)
+    assert width == (64 if top else 32)  # 0.5 or 0.25 of the 128-wide head
+    got = mrope_from_hf(cfg | {"model_type": "qwen3_5_text"})
+    assert (got["rotary_dim"], sum(got["sections"])) == (width, width // 2)

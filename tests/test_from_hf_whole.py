@@ -158,3 +158,54 @@ def test_mrope_from_hf_builds_hybrid_models_whose_other_layers_have_no_attention
     assert (mrope.rotary_dim, mrope.sections) == (16, (3, 3, 2))
     with pytest.raises(ValueError, match="linear_attention layers have no attention"):
         MRoPE.from_hf(config, layer_type="linear_attention")
+
+
+MROPE_SECTION = {"mrope_section": [4, 6, 6]}  # 16 pairs of a 32-wide head
+
+
+@pytest.mark.parametrize("where", ["rope_parameters", "rope_scaling", "per layer type"])
+def test_rotary_embedding_from_hf_refuses_mrope_sections_of_a_model_type_it_does_not_know(where):
+    """HF's Qwen2-VL config keeps mrope_section wherever the file gives it, and its rotary
+    class then turns pairs with three axes: one RoPE of text positions would drop that."""
+    base = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+            "num_hidden_layers": 2, "max_position_embeddings": 256}  # fmt: skip
+    params = {"rope_type": "default", "rope_theta": 1e6, **MROPE_SECTION}
+    cfg = {
+        "rope_parameters": base | {"rope_parameters": params},
+        "rope_scaling": base | {"rope_theta": 1e6, "rope_scaling": params},
+        "per layer type": base | {"layer_types": ["full_attention"] * 2,
+                                  "rope_parameters": {"full_attention": params}},
+    }[where]  # fmt: skip
+    if where != "per layer type":  # no model type: read as HF's class reads this dict
+        hf = transformers.AutoConfig.for_model("qwen2_vl_text", **cfg)
+        assert hf.rope_parameters["mrope_section"] == MROPE_SECTION["mrope_section"]
+    with pytest.raises(ValueError, match=r"its positions are M-RoPE's \(time, height, width\)"):
+        RotaryEmbedding.from_hf(cfg, layer_type="full_attention" if "layer" in where else None)
+
+
+def test_rotary_embedding_from_hf_refuses_a_multimodal_v4_file_by_its_text_model_type():
+    """A 4.x Qwen2-VL config.json: model_type "qwen2_vl", flat keys, no mrope_section -- HF's
+    Qwen2VLTextRotaryEmbedding then uses its class default sections (M-RoPE all the same)."""
+    cfg = {"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 2,
+           "num_hidden_layers": 2, "max_position_embeddings": 256, "rope_theta": 1e6}  # fmt: skip
+    hf = transformers.AutoConfig.for_model(**cfg)
+    assert hf.text_config.model_type == "qwen2_vl_text"
+    with pytest.raises(ValueError, match=r"model_type 'qwen2_vl': its positions are M-RoPE's"):
+        RotaryEmbedding.from_hf(cfg)
+
+
+def test_a_known_model_type_given_a_pairing_keeps_its_own_layer_rules():
+    """A pairing given for a model type posenc knows does not turn its rules off: DeepSeek-V3
+    rotates the trailing channels whatever window the file names; Cohere 2's class default
+    window (4096) gives sliding layers and full ones without RoPE, so a dict that names no
+    window cannot be read as one RoPE."""
+    base = {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 4,
+            "max_position_embeddings": 256,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
+    deepseek = base | {"model_type": "deepseek_v3", "qk_nope_head_dim": 16,
+                       "qk_rope_head_dim": 16, "sliding_window": 8}  # fmt: skip
+    with pytest.raises(ValueError, match="rotation on the trailing channels from 16 on"):
+        RotaryEmbedding.from_hf(deepseek, pairing="interleaved")
+    assert transformers.AutoConfig.for_model("cohere2").sliding_window == 4096
+    with pytest.raises(ValueError, match="cannot be read as Schedule.from_hf reads them"):
+        RotaryEmbedding.from_hf(base | {"model_type": "cohere2"}, pairing="interleaved")
