@@ -42,7 +42,7 @@ def from_hf(config, *, layer_type=None, pairing=None):
     ``sqrt(1 + ln(factor) / ln(original))``, 1.19 for Phi-3-mini-128k); dynamic NTK's
     original length is ``max_position_embeddings``. Phi-3's legacy ``"su"`` means
     ``"longrope"``. Where a model type's config class converts the flat 4.x keys its own way,
-    they are read as it converts them (:mod:`posenc.hf.convert`): Gemma 3's ``rope_scaling``
+    they are read as it converts them (``posenc.hf.convert``): Gemma 3's ``rope_scaling``
     and ``rope_theta`` are its full-attention layers', ``rope_local_base_freq`` its sliding
     layers' (pass ``layer_type``); OLMo 3's ``rope_scaling`` is its full-attention layers'.
 

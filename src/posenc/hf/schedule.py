@@ -75,7 +75,7 @@ def schedule_from_hf(config):
         channel, or ``None``) and ``softmax_factor`` (or ``None``). Which layers slide, keep
         their window and rotate, and the widths of layers given their own
         (``per_layer_config``: Gemma 4's full layers, Dots3's sliding ones), follow the model
-        type's rules (:mod:`posenc.hf.layers`). A window is a layer's only where HF's eager and
+        type's rules (``posenc.hf.layers``). A window is a layer's only where HF's eager and
         SDPA attention apply it: Moshi's and Kyutai STT's ``sliding_window`` reaches no mask
         (only HF's cache, keeping the last ``sliding_window - 1`` keys while decoding), so
         their layers get none.

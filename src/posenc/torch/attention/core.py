@@ -196,7 +196,7 @@ def attend(
         ``(seq_k,)`` or ``(batch, seq_k)``; default ``0 .. seq_k - 1``, or counted over the
         real keys where a ``padding_mask`` is given: 0 at each row's first real token (and
         each document's), the padding skipped, as HF's ``generate`` and its chunked masks
-        count them (:func:`~posenc.torch.documents.real_positions`). Give positions to
+        count them (``posenc.torch.documents.real_positions``). Give positions to
         count otherwise.
     causal : bool
         Causal attention; ``False`` refuses a ``window`` (a bidirectional sliding window

@@ -219,7 +219,7 @@ def limit_positions(positions, i, j, device, key_valid=None, documents=None):
 def real_index(key_valid, documents, device) -> torch.Tensor:
     """Int64 ``(b, sk)``: each key slot's index among the real slots of its document (padding
     skipped, 0 at each row's first real token and each document's first: the default
-    positions of :func:`~posenc.torch.documents.real_positions`); ``key_valid`` bool
+    positions of ``posenc.torch.documents.real_positions``); ``key_valid`` bool
     ``(b, sk)`` or ``None``, ``documents`` ``(q_documents, k_documents)`` or ``None``."""
     k_doc = None if documents is None else documents[1].to(device)  # (b, sk)
     if key_valid is None:

@@ -68,7 +68,7 @@ class PositionalEncoding(DerivedState):
 
     #: Whether ``score_bias`` is a function of the encoding's tensors, its plain attributes
     #: and the positions alone, so that attention may keep a step's mask over ``range``
-    #: positions between calls (:mod:`posenc.torch.attention.reuse`); off by default.
+    #: positions between calls (``posenc.torch.attention.reuse``); off by default.
     reuses_masks: bool = False
 
     def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
