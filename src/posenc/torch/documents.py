@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc.torch.position_values import checked_positions, traced
+from posenc.torch.position_values import checked_positions, remember_bounds, traced
 
 __all__ = [
     "check_documents",
@@ -234,3 +234,15 @@ def after_last_document(q_pos, documents, real=None):
     mine = (documents == last) & real  # (batch, n)
     nxt = torch.where(mine, t, torch.full_like(t, -1)).amax(1, keepdim=True) + 1
     return nxt.clamp(min=0).long(), last
+
+
+def default_positions(real, documents, n):
+    """The positions of a step given none: :func:`real_positions` over ``real`` (bool
+    ``(batch, n)``, or ``None``: every token real) restarting at each of ``documents`` (or
+    ``None``), their bounds ``[0, n - 1]`` known to the host (nothing read back); ``None``
+    where neither is given (the caller's own default)."""
+    if real is not None:
+        return remember_bounds(real_positions(real, documents), 0, n - 1)  # (batch, n)
+    if documents is not None:
+        return remember_bounds(positions_of(documents), 0, n - 1)  # (batch, n): 0 at starts
+    return None

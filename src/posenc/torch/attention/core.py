@@ -22,10 +22,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
 from posenc.torch.attention.mask import _mask, check_limits, refuse_bidirectional_window, release
-from posenc.torch.documents import check_agree, check_documents, positions_of, real_positions
+from posenc.torch.documents import check_agree, check_documents, default_positions
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
-from posenc.torch.position_values import remember_bounds
 from posenc.torch.positions import position_arg
 
 __all__ = ["attend", "plan", "Step"]
@@ -257,10 +256,8 @@ def attend(
         if sq != sk:
             raise ValueError(f"documents needs self-attention (seq_q == seq_k), got {sq} and {sk}")
         docs = check_documents(documents, b, sk)
-    if k_positions is None and valid is not None:  # counted over the real keys
-        k_positions = remember_bounds(real_positions(valid, docs), 0, sk - 1)  # no read
-    elif k_positions is None and docs is not None:
-        k_positions = remember_bounds(positions_of(docs), 0, sk - 1)
+    if k_positions is None:  # counted over the real keys, restarting at each document
+        k_positions = default_positions(valid, docs, sk)
     k_pos = position_arg(k_positions, b, sk, axes=enc.position_axes)
     if docs is not None and given:  # derived ones restart at each document: no read
         k_pos = check_agree(k_pos, docs)

@@ -14,7 +14,7 @@ import threading
 import torch
 
 from posenc.torch.attention import reuse
-from posenc.torch.documents import real_positions
+from posenc.torch.documents import positions_of, real_positions
 from posenc.torch.positions import len_of, position_tensor
 
 __all__ = ["attention_mask", "check_limits", "release"]
@@ -222,8 +222,8 @@ def real_index(key_valid, documents, device) -> torch.Tensor:
     positions of ``posenc.torch.documents.real_positions``); ``key_valid`` bool
     ``(b, sk)`` or ``None``, ``documents`` ``(q_documents, k_documents)`` or ``None``."""
     k_doc = None if documents is None else documents[1].to(device)  # (b, sk)
-    if key_valid is None:
-        return real_positions(torch.ones_like(k_doc, dtype=torch.bool), k_doc)
+    if key_valid is None:  # every slot real: each document's own count
+        return positions_of(k_doc)
     return real_positions(key_valid.to(device), k_doc)
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posenc.torch.attention.core import Step, check_padding_mask, plan, resolve_backend
-from posenc.torch.documents import check_agree, check_documents, positions_of, real_positions
-from posenc.torch.position_values import remember_bounds
+from posenc.torch.documents import check_agree, check_documents, default_positions
 from posenc.torch.positions import position_arg
 
 __all__ = ["Placed", "place", "plan_layer", "plan_step"]
@@ -42,10 +41,9 @@ def place(axes, batch, n, positions, padding_mask, cache, documents=None) -> Pla
     docs, given = None, positions is not None
     if documents is not None:
         docs = check_documents(documents, batch, n)
-    if positions is None and padding_mask is not None and (cache is None or docs is not None):
-        positions = remember_bounds(real_positions(padding_mask, docs), 0, n - 1)  # (batch, n)
-    elif positions is None and docs is not None:
-        positions = remember_bounds(positions_of(docs), 0, n - 1)  # (batch, n): 0 at each start
+    if positions is None:  # a cache continues its rows itself, unless documents start anew
+        real = padding_mask if cache is None or docs is not None else None
+        positions = default_positions(real, docs, n)  # (batch, n), or None
     if positions is not None:
         positions = position_arg(positions, batch, n, axes=axes)
         if docs is not None and given:
