@@ -15,6 +15,7 @@ from torch.nn.attention.flex_attention import flex_attention
 import posenc
 from posenc.torch import ALiBi, attend
 from posenc.torch.attention import core as core_mod
+from posenc.torch.attention import run as run_mod
 
 HEADS, SEQ, HD = 2, 5, 4
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 
 @pytest.fixture(autouse=True)
 def _eager_flex(monkeypatch):
-    monkeypatch.setattr(core_mod, "flex_attention_compiled", lambda device_type: flex_attention)
+    monkeypatch.setattr(run_mod, "flex_attention_compiled", lambda device_type: flex_attention)
 
 
 def _qkv(dtype=torch.float32, grad=False):
@@ -83,7 +84,7 @@ def test_inside_a_traced_call_the_kernel_is_called_directly(monkeypatch):
         want = attend(q, k, v, ALiBi(HEADS), backend="flex")  # eager first (mutmut's stats)
     calls = []
     counted = lambda *a, **kw: calls.append(a) or flex_attention(*a, **kw)  # noqa: E731
-    monkeypatch.setattr(core_mod, "flex_attention_compiled", lambda d: counted)
+    monkeypatch.setattr(run_mod, "flex_attention_compiled", lambda d: counted)
     step = core_mod.plan(ALiBi(HEADS), range(SEQ), range(SEQ), causal=True, key_valid=None,
                               heads=HEADS, backend="flex", dtype=q.dtype, device=None)  # fmt: skip
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
@@ -102,7 +103,7 @@ def test_eager_calls_allow_64_recompiles_inside_the_kernel_call_only(monkeypatch
         limits.append(torch._dynamo.config.recompile_limit)
         return flex_attention(*args, **kwargs)
 
-    monkeypatch.setattr(core_mod, "flex_attention_compiled", lambda d: counted)
+    monkeypatch.setattr(run_mod, "flex_attention_compiled", lambda d: counted)
     before = torch._dynamo.config.recompile_limit
     q, k, v = _qkv()
     with torch.no_grad():

@@ -177,11 +177,11 @@ def test_raw_key_cache_is_head_dim_wide_and_decodes_like_a_full_pass(static):
 def test_raw_key_cache_decodes_over_the_whole_buffer_with_flex(monkeypatch):
     from torch.nn.attention.flex_attention import flex_attention
 
-    import posenc.torch.attention.core
+    import posenc.torch.attention.run
 
     # eager FlexAttention (no compile): the flex plan attends over every cache slot
-    core = posenc.torch.attention.core
-    monkeypatch.setattr(core, "flex_attention_compiled", lambda device_type="cpu": flex_attention)
+    run = posenc.torch.attention.run
+    monkeypatch.setattr(run, "flex_attention_compiled", lambda device_type="cpu": flex_attention)
     torch.manual_seed(2)
     attn = MultiHeadAttention(8, 2, encoding=_Doubled(), backend="flex")  # flex: no float64
     x = torch.randn(1, 5, 8)

@@ -13,17 +13,17 @@ FlexAttention for score biases on CUDA. Shape legend: ``q`` is
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from posenc.torch.attention.flex import flex_attention_compiled, flex_plan
+from posenc.torch.attention import reuse
+from posenc.torch.attention.flex import flex_plan
 from posenc.torch.attention.mask import _mask, check_limits, refuse_bidirectional_window, release
+from posenc.torch.attention.run import _kernels_for, _run, _sdpa  # noqa: F401 (tests read them)
 from posenc.torch.documents import check_agree, check_documents, default_positions
-from posenc.torch.encodings.base import NoPE
+from posenc.torch.encodings.base import NoPE, PositionalEncoding
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
 from posenc.torch.positions import position_arg
 
@@ -31,53 +31,7 @@ __all__ = ["attend", "plan", "Step"]
 
 BACKENDS = ("auto", "sdpa", "flex")
 FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _run(q, k, v, step, scale):
-    """Attention of encoded ``q, k`` over values ``v`` with a planned mask, either backend."""
-    gqa = q.shape[1] != k.shape[1]
-    if step.backend == "sdpa":
-        width = v.shape[-1]
-        if q.shape[-1] > width:  # the fused kernels need one head width: zero-pad v, 2-5x faster
-            v = F.pad(v, (0, q.shape[-1] - width))  # (b, kv_heads, seq_k, qk_dim)
-        with _kernels_for(step.mask):
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=scale,
-                enable_gqa=gqa,
-            )  # (b, heads, seq_q, qk_dim|v_dim)  # fmt: skip
-        return out[..., :width]  # (b, heads, seq_q, v_dim)
-    needs_grad = q.requires_grad or k.requires_grad or v.requires_grad
-    if q.device.type == "cpu" and needs_grad:
-        if torch.is_grad_enabled():
-            raise ValueError(
-                "backend='flex' has no backward on the CPU (torch 2.13): use backend='sdpa' "
-                "to train, or run under torch.no_grad()"
-            )
-        q, k, v = q.detach(), k.detach(), v.detach()  # no graph anyway; flex refuses them
-    flex = flex_attention_compiled(q.device.type)
-    dtype = q.dtype
-    if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
-        q, k, v = q.float(), k.float(), v.float()  # the CPU kernel is ~1.5x faster in float32
-    kw = {"score_mod": step.score_mod, "block_mask": step.block_mask, "scale": scale,
-          "enable_gqa": gqa}  # fmt: skip
-    if torch.compiler.is_compiling():  # inside the user's torch.compile: part of its graph
-        return flex(q, k, v, **kw).to(dtype)  # (b, heads, seq_q, v_dim)
-    # Each new shape or score_mod compiles once; past dynamo's default limit of 8 it would
-    # fall back to the eager kernel (slow, materialised scores), so allow more, here only.
-    with torch._dynamo.config.patch(recompile_limit=64):
-        out = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim)
-    return out.to(dtype)
-
-
-def _kernels_for(mask):
-    """SDPA's math kernel for a learned bias under ``torch.func`` (``grad``, ``vjp``...): the
-    CPU flash kernel has no gradient for ``attn_mask`` and the transforms hide from it that
-    the mask needs one. Otherwise no restriction."""
-    if mask is None or torch.compiler.is_compiling():
-        return contextlib.nullcontext()
-    if torch._C._functorch.is_functorch_wrapped_tensor(mask) and mask.device.type == "cpu":
-        return sdpa_kernel(SDPBackend.MATH)
-    return contextlib.nullcontext()
+_NOPE = NoPE()  # encoding=None: one stateless instance, not a module built per call
 
 
 @dataclass
@@ -232,7 +186,22 @@ def attend(
     >>> attend(q, k, v, RotaryEmbedding(8, max_len=16)).shape
     torch.Size([1, 4, 6, 8])
     """
-    enc = NoPE() if encoding is None else check_encoding(encoding, causal)
+    known = None  # default positions: a call planned before goes straight to the kernel
+    if (q_positions is None and k_positions is None and padding_mask is None and window is None
+            and chunk is None and documents is None and not torch.compiler.is_compiling()
+            and isinstance(encoding, (PositionalEncoding, type(None)))):  # fmt: skip
+        enc = _NOPE if encoding is None else encoding
+        known = reuse.call_key(enc, q, k, v, causal, backend)
+        planned = reuse.recall(enc, known)
+        if planned is not None:
+            q_pos, k_pos, mask, is_causal, scale, gqa, wide = planned
+            q, k = enc.encode_qk(q, k, q_pos, k_pos)
+            if wide:  # v padded to the encoded width
+                return _sdpa(q, k, v, mask, is_causal, scale, gqa)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
+            )  # (b, heads, seq_q, v_dim): a kept mask needs no kernel restriction
+    enc = _NOPE if encoding is None else check_encoding(encoding, causal)
     check_backend(backend)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         shapes = ", ".join(str(tuple(t.shape)) for t in (q, k, v))
@@ -275,7 +244,28 @@ def attend(
         dtype=q.dtype, device=q.device, limits=limits,
         documents=None if docs is None else (docs, docs),
     )  # fmt: skip
+    scale = enc.softmax_scale(hd)
     try:
-        return _run(q, k, v, step, enc.softmax_scale(hd))
+        out = _run(q, k, v, step, scale)
+        if known is not None and _keepable(step, q_pos, k_pos):
+            gqa, wide = q.shape[1] != k.shape[1], q.shape[-1] > v.shape[-1]
+            planned = (q_pos, k_pos, step.mask, step.is_causal, scale, gqa, wide)
+            reuse.remember(enc, known, planned)
+        return out
     finally:
         release(step)
+
+
+def _keepable(step, q_pos, k_pos) -> bool:
+    """Whether what a call planned may serve the next call of the same key: SDPA over range
+    positions with no mask, or a small one that is no thread's workspace, in no graph."""
+    if step.backend != "sdpa" or step.holds_workspace or step.context is not None:
+        return False
+    if not (isinstance(q_pos, range) and isinstance(k_pos, range)):
+        return False
+    m = step.mask
+    return m is None or not (
+        m.requires_grad
+        or m.numel() > reuse.MAX_ELEMENTS
+        or torch._C._functorch.is_functorch_wrapped_tensor(m)
+    )

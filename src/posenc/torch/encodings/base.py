@@ -203,6 +203,18 @@ class PositionalEncoding(DerivedState):
         """The places (``"input"``, ``"qk"``, ``"scores"``) whose hooks this class overrides."""
         return _places(type(self))
 
+    def __setattr__(self, name, value):
+        # a plain setting set (ALiBi's ``symmetric``, ``heads``, ``training``): count it, so
+        # what attention keeps between calls (posenc.torch.attention.reuse) knows it changed
+        # without reading every attribute on every call
+        super().__setattr__(name, value)
+        if type(value) in SETTING_TYPES:
+            self.__dict__["_settings_version"] = self.__dict__.get("_settings_version", 0) + 1
+
+
+#: The types of the attributes counted as settings by ``PositionalEncoding.__setattr__``.
+SETTING_TYPES = (bool, int, float, str)
+
 
 class NoPE(PositionalEncoding):
     """No positional encoding: every hook is the default no-op.

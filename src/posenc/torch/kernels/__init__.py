@@ -35,7 +35,13 @@ from typing import NamedTuple
 
 import torch
 
-from posenc.torch.kernels.rope_eager import check_out, cos_sin, rotate_eager, rotate_expr
+from posenc.torch.kernels.rope_eager import (
+    check_out,
+    cos_sin,
+    rotate_eager,
+    rotate_expr,
+    rotate_pair,
+)
 
 __all__ = ["TABLE", "TableRows", "choose", "lookup", "cos_sin", "needs_expr", "rotate", "rotate_qk"]
 __all__ += ["use"]
@@ -270,6 +276,9 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     if not fused:
         if cs_q is cs_k and impl_q == impl_k != "triton" and q.device == k.device:
             cs_q = cs_k = _for(cs_q, q, impl_q, mq)  # one table for both: gathered once
+            if impl_q == "eager":  # plain inference (eager serves no other mode)
+                dq, dk = _dst(q, q_out, inplace), _dst(k, k_out, inplace)
+                return rotate_pair(q, k, cs_q, pairing, dq, dk)
         return (
             _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq),
             _rotate(k, cs_k, pairing, k_out, inplace, impl_k, mk),

@@ -51,6 +51,26 @@ def rotate_eager(x, cs, pairing, dst):
     return dst
 
 
+def rotate_pair(q, k, cs, pairing, dq, dk):
+    """:func:`rotate_eager` of ``q`` into ``dq`` and ``k`` into ``dk`` by one table ``cs``.
+
+    A decode step (few elements, half pairing, whole head rotated, out of place) splits the
+    table once for both, as ``[cos, cos]`` and ``[-sin, sin]`` over the head, and rotates
+    each tensor in three kernels: ``x * [cos, cos] + roll(x, h) * [-sin, sin]``, the same
+    products and sums as the four kernels on the halves (equal bits), in fewer calls.
+    """
+    h = cs.shape[-2]
+    small = q.numel() + k.numel() <= _SMALL and q.shape[-1] == k.shape[-1] == 2 * h
+    same = q.dtype == k.dtype == cs.dtype
+    if pairing == "half" and small and same and q is not dq and k is not dk:
+        cos, sin = cs[..., 0], cs[..., 1]  # (..., seq, h) views
+        c2, s2 = torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1)  # (..., seq, 2h)
+        for x, dst in ((q, dq), (k, dk)):  # x1 cos - x2 sin | x2 cos + x1 sin
+            torch.mul(x, c2, out=dst).addcmul_(x.roll(h, -1), s2)  # (..., seq, 2h)
+        return dq, dk
+    return rotate_eager(q, cs, pairing, dq), rotate_eager(k, cs, pairing, dk)
+
+
 def check_out(x, out):
     """Return ``out`` if it can receive the rotation of ``x``, else raise ``ValueError``."""
     if out.shape != x.shape or out.dtype != x.dtype:

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from posenc._checks import check_int
-from posenc.torch.attention.core import _run, check_backend
+from posenc.torch.attention.core import check_backend
 from posenc.torch.attention.mask import check_limits, release
+from posenc.torch.attention.run import _run
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.static import StaticKVCache
 from posenc.torch.cache.step import plan_step
