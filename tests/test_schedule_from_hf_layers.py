@@ -10,7 +10,7 @@ import torch
 from test_schedule_from_hf import _attention_layers, _has_rope
 from test_schedule_from_hf_dicts import _cfg, _field
 
-from posenc.hf import layers, schedule_from_hf
+from posenc.hf import layers, schedule_from_hf, settled
 from posenc.torch import Schedule
 
 transformers = pytest.importorskip("transformers")
@@ -284,7 +284,7 @@ def test_window_tables_are_those_of_the_config_classes(model_type, used):
     depth = layers.SLIDE_FROM.get(model_type, 4) + 2  # the class's default, crossed
     keys = {"num_hidden_layers": depth, "sliding_window": 16, "use_sliding_window": used}
     cfg = CONFIG_MAPPING[model_type](**keys)
-    config = layers.prepare(keys, model_type)  # a config.json without max_window_layers
+    config = settled.settle(keys, model_type, depth)  # a config.json without max_window_layers
     types = layers.layer_types(config, model_type, depth)
     assert [layers.window(config, t) for t in types] == _windows_of_hf(cfg)
     assert any(_windows_of_hf(cfg)) == used

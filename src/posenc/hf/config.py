@@ -94,6 +94,18 @@ def as_dict(config):
     return cfg
 
 
+def text_model(config, *, flat_first=True):
+    """A multimodal config's language model and the outer model type: ``(its text_config,
+    the config's model_type)`` (an object's own ``text_config``: its ``to_dict()`` has lost
+    the attribute-only settings), or ``(config, model_type)`` where it has none -- or, with
+    ``flat_first``, where it gives ``num_hidden_layers`` itself (flat text settings)."""
+    top = as_dict(config)
+    inner = top.get("text_config")
+    if inner and not (flat_first and top.get("num_hidden_layers")):
+        return getattr(config, "text_config", None) or inner, top.get("model_type")
+    return config, top.get("model_type")
+
+
 def need(params, key, rope_type):
     if key not in params:  # HF raises KeyError when it validates the config
         raise ValueError(f"rope_scaling of type {rope_type!r} needs {key!r}, got {params}")
@@ -236,14 +248,13 @@ def pairing(cfg, model_type):
     )
 
 
-def layer_settings(config, layer_type):
+def layer_settings(config, cfg, layer_type):
     """Settings a heterogeneous config overrides for one layer type (Gemma 4's
     ``per_layer_config``: its full-attention layers are 512 wide, the others 256): a dict's
     ``per_layer_config`` or its class's derived one (:func:`posenc.hf.layers.per_layer`), else
-    a config object's view of that layer type."""
+    a config object's view of that layer type. ``cfg`` is ``as_dict(config)``."""
     if layer_type is None:
         return {}
-    cfg = as_dict(config)
     types = list(cfg.get("layer_types") or ())
     if layer_type in types:
         own = layers.per_layer(cfg, cfg.get("model_type"), types)[types.index(layer_type)]

@@ -28,15 +28,6 @@ UNSUPPORTED = {
                    "function with per-layer 'main' and 'compress' rates (compressed sparse "
                    "attention), which posenc does not build from a config",
 }  # fmt: skip
-# Model types that rotate only where a config key has a value, and use another scheme posenc's
-# from_hf does not build otherwise (refused by name): model type -> (key, its RoPE value, the
-# class default, the other scheme). FalconModel: alibi=True adds ALiBi biases and no rotation;
-# EsmSelfAttention: rotary only for position_embedding_type="rotary" (default "absolute":
-# EsmEmbeddings adds learned absolute position embeddings)
-ROPE_ONLY_IF = {
-    "falcon": ("alibi", False, False, "ALiBi biases"),
-    "esm": ("position_embedding_type", "rotary", "absolute", "its position embeddings"),
-}
 # GPTNeoXConfig / GPTNeoXJapaneseConfig: `rotary_emb_base` and `rotary_pct` (default below)
 NEOX_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
 # Phi3Config declares a top-level original_max_position_embeddings (default 4096), which

@@ -39,11 +39,6 @@ SLIDE_ODD_BELOW = {"qwen2_moe": 28}
 # (Gemma3TextConfig._sliding_window_pattern and Cohere2Config: the config's
 # sliding_window_pattern, default 6 and 4)
 PATTERN = {"gemma3_text": 6, "cohere2": 4}
-# model types whose every layer slides when sliding_window is set (no layer_types): their
-# attention passes config.sliding_window to every layer (Mistral, Qwen3-MoE, ...)
-WINDOW_EVERY_LAYER = frozenset(("mistral", "mixtral", "ministral", "starcoder2", "phi3", "phimoe",
-                                "mimi", "blt_patcher", "pocket_tts_audio_tokenizer",
-                                "voxtral_realtime_text", "qwen3_moe"))  # fmt: skip
 # model types whose config.sliding_window reaches no mask: MoshiModel and
 # KyutaiSpeechToTextModel build create_causal_mask and pass no sliding_window to the attention
 # function, so eager, SDPA and flash attend to every earlier token; only HF's DynamicCache, built
@@ -78,12 +73,17 @@ ROPE_IF_THETA = frozenset(("olmo_hybrid",))
 # AfmoeAttention: ``if self.is_local_attention`` (layer_types[i] == "sliding_attention"): the
 # sliding layers rotate, the full ones do not
 ROPE_IF_SLIDING = frozenset(("afmoe",))
-# RoPE only where a config key has a value: model type -> (key, the value, the class default)
+# RoPE only where a config key has a value: model type -> (key, the value, the class default,
+# the scheme otherwise: None, no position; else one from_hf does not build and refuses by name)
 ROPE_IF_KEY = {
     # GraniteMoeHybridModel: rotary_emb only if config.position_embedding_type == "rope"
-    "granitemoehybrid": ("position_embedding_type", "rope", None),
+    "granitemoehybrid": ("position_embedding_type", "rope", None, None),
     # Zamba2Model: position_embeddings only if config.use_mem_rope
-    "zamba2": ("use_mem_rope", True, False),
+    "zamba2": ("use_mem_rope", True, False, None),
+    # FalconModel: alibi=True adds ALiBi biases and no rotation
+    "falcon": ("alibi", False, False, "ALiBi biases"),
+    # EsmSelfAttention: rotary only for "rotary" (EsmEmbeddings adds learned absolute ones)
+    "esm": ("position_embedding_type", "rotary", "absolute", "its position embeddings"),
 }
 # A RoPE base per layer, layer_rope_theta (0: the layer gets position_embeddings=None): model
 # type -> whether a nonzero entry is the layer's base, and the class default's NoPE layers.
@@ -182,10 +182,8 @@ def layer_types(cfg, model_type, depth):
         below = cfg.get("max_window_layers", SLIDE_ODD_BELOW[model_type])
         used = cfg.get("use_sliding_window", False)
         return [_type(bool((i + 1) % 2) and i < below and used) for i in range(depth)]
-    if not window:
+    if not window:  # (those sliding every layer have theirs: posenc.hf.settled.every_layer)
         return ["full_attention"] * depth
-    if model_type in WINDOW_EVERY_LAYER:
-        return ["sliding_attention"] * depth
     raise ValueError(
         f"config gives sliding_window but no layer_types, and which layers of {model_type!r} "
         "slide is its config class's rule: pass the transformers config object"
@@ -200,12 +198,16 @@ def _type(sliding):
     return "sliding_attention" if sliding else "full_attention"
 
 
+def is_sliding(kind):
+    """Whether layers of type ``kind`` slide where the config has a window (HF's
+    ``"sliding_attention"``, and kinds named ``"*_sliding"``: ``"hybrid_sliding"``)."""
+    return kind == "sliding_attention" or kind.endswith("_sliding")
+
+
 def window(cfg, kind):
     """The look-back window of a layer of type ``kind`` (``None``: none)."""
     size = cfg.get("sliding_window")
-    if size and (kind == "sliding_attention" or kind.endswith("_sliding")):
-        return int(size)
-    return None
+    return int(size) if size and is_sliding(kind) else None
 
 
 def rotates(cfg, model_type, kind, i):
@@ -226,10 +228,16 @@ def rotates(cfg, model_type, kind, i):
         return cfg.get("sliding_window") is None or kind == "sliding_attention"
     if model_type in ROPE_IF_SLIDING:
         return kind == "sliding_attention"
-    if model_type in ROPE_IF_KEY:
-        key, value, default = ROPE_IF_KEY[model_type]
-        return cfg.get(key, default) == value
-    return True
+    return keyed_rope(cfg, model_type)
+
+
+def keyed_rope(cfg, model_type):
+    """Whether a model type of ``ROPE_IF_KEY`` rotates by its config key (``True`` for any
+    other model type)."""
+    if model_type not in ROPE_IF_KEY:
+        return True
+    key, value, default, _ = ROPE_IF_KEY[model_type]
+    return cfg.get(key, default) == value
 
 
 def layer_base(cfg, model_type, depth):
@@ -251,7 +259,7 @@ def refuse_bidirectional(cfg, model_type):
     """``ValueError`` naming the model type where its windows look both ways (a config
     without ``layer_types`` counts as windowed: its class's rule may give windows)."""
     types = cfg.get("layer_types") or ()
-    windowed = any(t == "sliding_attention" or t.endswith("_sliding") for t in types)
+    windowed = any(is_sliding(t) for t in types)
     why = BIDIRECTIONAL.get(model_type)
     if why is None and cfg.get("use_bidirectional_attention"):
         why = BIDIRECTIONAL_FLAG.get(model_type)

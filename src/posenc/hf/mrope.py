@@ -91,9 +91,8 @@ def mrope_from_hf(config, *, layer_type=None):
     >>> {k: mrope_from_hf(qwen35)[k] for k in ("sections", "interleaved", "rotary_dim")}
     {'sections': (11, 11, 10), 'interleaved': True, 'rotary_dim': 64}
     """
+    config, outer = read.text_model(config, flat_first=False)
     cfg = read.as_dict(config)
-    outer = cfg.get("model_type")
-    cfg = read.as_dict(cfg["text_config"]) if cfg.get("text_config") else cfg
     model_type = cfg.get("model_type") or outer
     model_type = TEXT_OF.get(model_type, model_type)
     cfg = {**cfg, "model_type": model_type}

@@ -6,11 +6,11 @@ import math
 
 from posenc._checks import check_int, check_positive
 from posenc.hf import config as read
+from posenc.hf import layers as rules
 from posenc.hf.defaults import (
     CLASS_MAX_LEN,
     PARTIAL_DEFAULT,
     QK_HEAD_DIM_DEFAULT,
-    ROPE_ONLY_IF,
     ROPE_PART_HEAD_DIM,
     ROPE_PART_HEAD_DIM_DEFAULT,
     UNSUPPORTED,
@@ -101,13 +101,14 @@ def from_hf(config, *, layer_type=None, pairing=None):
 
     ``posenc.torch.RotaryEmbedding(**kwargs)`` builds the module.
     """
-    cfg = read.as_dict(config) | read.layer_settings(config, layer_type)
+    cfg = read.as_dict(config)
+    cfg |= read.layer_settings(config, cfg, layer_type)
     model_type = cfg.get("model_type")
     if model_type in UNSUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not reproduced: {UNSUPPORTED[model_type]}")
-    if model_type in ROPE_ONLY_IF:
-        key, value, default, other = ROPE_ONLY_IF[model_type]
-        if cfg.get(key, default) != value:
+    if not rules.keyed_rope(cfg, model_type):
+        key, value, default, other = rules.ROPE_IF_KEY[model_type]
+        if other is not None:  # another scheme, not merely no position
             raise ValueError(
                 f"{model_type} with {key}={cfg.get(key, default)!r} uses {other}, not RoPE "
                 f"(only {key}={value!r} rotates): posenc builds no RoPE for it"

@@ -100,10 +100,7 @@ def schedule_from_hf(config):
     >>> [(layer["rope"]["base"], layer["window"]) for layer in schedule_from_hf(cfg)["layers"]]
     [(10000.0, 512), (10000.0, 512), (1000000.0, None)]
     """
-    top = read.as_dict(config)
-    if top.get("text_config") and not top.get("num_hidden_layers"):
-        # an object's own text config (its to_dict() has lost the attribute-only settings)
-        config = getattr(config, "text_config", None) or top["text_config"]
+    config, _ = read.text_model(config)
     cfg = read.as_dict(config)
     model_type = cfg.get("model_type")
     for table in (UNSUPPORTED, NO_SCHEDULE):
@@ -112,8 +109,7 @@ def schedule_from_hf(config):
     depth = cfg.get("num_hidden_layers")
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"config must give num_hidden_layers >= 1, got {depth!r}")
-    cfg = settled.derived(cfg, model_type, depth)  # what the class derives where cfg is silent
-    cfg = settled.checked(rules.prepare(cfg, model_type), model_type)
+    cfg = settled.settle(cfg, model_type, depth)  # as HF's class and model settle it
     rules.refuse_bidirectional(cfg, model_type)
     if model_type in NO_ROPE_KEY:
         cfg = _llama4_defaults(cfg, model_type, depth)

@@ -1,11 +1,11 @@
 """A config dict's layer settings as HF's config class settles them, and the values it refuses.
 
-:func:`posenc.hf.schedule.schedule_from_hf` calls :func:`derived` before
+:func:`posenc.hf.schedule.schedule_from_hf` calls :func:`settle`: :func:`derived` before
 :func:`posenc.hf.layers.prepare` (what a class's ``__post_init__`` fills in where a
-``config.json`` is silent) and :func:`checked` after it (the values HF's strict config classes
-refuse, or its model cannot use, refused here by name; and the masks of models that slide every
-layer whatever ``layer_types`` says). Pure Python: transformers is not imported.
-"""
+``config.json`` is silent), :func:`checked` after it (the values HF's strict config classes
+refuse, or its model cannot use, refused here by name) and :func:`every_layer` (the masks of
+the models that slide every layer, ``SLIDE_EVERY_LAYER``). Pure Python: transformers is not
+imported."""
 
 from __future__ import annotations
 
@@ -13,16 +13,30 @@ from posenc._checks import check_int
 from posenc.hf import layers as rules
 from posenc.hf.defaults import CLASS_WINDOW, HF_VERSION, LAYER_TYPES
 
-# models whose forward builds create_sliding_window_causal_mask for every attention layer
-# whenever config.sliding_window is set, whatever a layer_types key says (MistralModel,
+# The one table of the models whose every attention layer slides where sliding_window is set
+# (transformers 5.23.0): model type -> whether a layer_types key is ignored. True: the model's
+# forward builds one mask for all its layers, whatever layer_types says (a layer without
+# attention keeps its type: MiniMax's linear ones) -- ``create_causal_mask if
+# self.config.sliding_window is None else create_sliding_window_causal_mask`` in MistralModel,
 # MixtralModel, MiniMaxModel, Ministral3Model, Phi3Model, Phi4MultimodalModel, PhimoeModel,
-# Qwen3MoeModel, Starcoder2Model, DogeModel, BltPatcher, VoxtralRealtime's encoder and text
-# model: ``create_causal_mask if self.config.sliding_window is None else
-# create_sliding_window_causal_mask``)
-SLIDE_EVERY_LAYER = frozenset(("mistral", "mixtral", "minimax", "ministral3", "phi3",
-                               "phi4_multimodal", "phimoe", "qwen3_moe", "starcoder2", "doge",
-                               "blt_patcher", "voxtral_realtime_text",
-                               "voxtral_realtime_encoder"))  # fmt: skip
+# Qwen3MoeModel, Starcoder2Model, DogeModel, BltPatcher, VoxtralRealtimeEncoder and
+# VoxtralRealtimeTextModel, and create_sliding_window_causal_mask always in
+# MimiTransformerModel and PocketTTSAudioTokenizerTransformerModel (the transformer of the
+# codec and of its encoder and decoder halves). False: the config class derives
+# layer_types, every layer "sliding_attention" if sliding_window is not None, and the model
+# follows a given layer_types (MinistralConfig.__post_init__, MinistralModel's mask per type).
+# tests/test_sliding_every_layer.py checks each against the masks of HF's models.
+SLIDE_EVERY_LAYER = {
+    **dict.fromkeys(("mistral", "mixtral", "minimax", "ministral3", "phi3", "phi4_multimodal",
+        "phimoe", "qwen3_moe", "starcoder2", "doge", "blt_patcher", "voxtral_realtime_text",
+        "voxtral_realtime_encoder", "mimi", "mimi_encoder", "mimi_decoder",
+        "pocket_tts_audio_tokenizer", "pocket_tts_audio_tokenizer_encoder",
+        "pocket_tts_audio_tokenizer_decoder"), True),
+    "ministral": False,
+}  # fmt: skip
+# Layer types a config class derives where layer_types is absent, as a cycle over the layers:
+# MiniMaxConfig.__post_init__, "full_attention" if (i + 1) % 2 else "linear_attention"
+LAYER_CYCLE = {"minimax": ("full_attention", "linear_attention")}
 # integer keys the layer rules divide or compare by: key -> the least value that works
 COUNTS = {"sliding_window": 1, "attention_chunk_size": 1, "max_window_layers": 0,
           "first_k_dense_replace": 0, "no_rope_layer_interval": 1}  # fmt: skip
@@ -32,15 +46,19 @@ PATTERNS = {"sliding_window_pattern": 1, "prefix_dense_sliding_window_pattern": 
 
 def derived(cfg, model_type, depth):
     """What the config class derives where the dict is silent: ModernBERT-decoder's layer
-    types and window, and a class's default ``sliding_window`` (``CLASS_WINDOW``) where the key
-    is absent and ``layer_types`` is given, or every layer slides (Mistral); without
+    types and window, MiniMax's layer types (``LAYER_CYCLE``), and a class's default
+    ``sliding_window`` (``CLASS_WINDOW``) where the key is absent and ``layer_types`` is
+    given, or every layer slides (``SLIDE_EVERY_LAYER``: Mistral); without
     ``layer_types`` a model type with a pattern rule is refused by that rule
     (:func:`posenc.hf.layers.layer_types`)."""
     cfg = dict(cfg)
     if model_type == "modernbert-decoder":
         cfg = _modernbert_decoder(cfg, depth)
+    if model_type in LAYER_CYCLE and not cfg.get("layer_types"):
+        cycle = LAYER_CYCLE[model_type]
+        cfg["layer_types"] = [cycle[i % len(cycle)] for i in range(depth)]
     if "sliding_window" not in cfg and model_type in CLASS_WINDOW:
-        if cfg.get("layer_types") or model_type in rules.WINDOW_EVERY_LAYER:
+        if cfg.get("layer_types") or model_type in SLIDE_EVERY_LAYER:
             cfg["sliding_window"] = CLASS_WINDOW[model_type]
     return cfg
 
@@ -48,17 +66,11 @@ def derived(cfg, model_type, depth):
 def checked(cfg, model_type):
     """``ValueError`` naming the key for a value HF refuses (an unknown layer type, a window
     of ``"4"`` or ``4.5``) or cannot use (a window or chunk of 0, a pattern of 0, a
-    ``no_rope_layers`` entry other than 0 and 1); then every attention layer of the
-    ``SLIDE_EVERY_LAYER`` models slides where ``sliding_window`` is set."""
+    ``no_rope_layers`` entry other than 0 and 1)."""
     cfg = dict(cfg)
     for kind in cfg.get("layer_types") or ():
-        if (
-            kind not in LAYER_TYPES
-            and kind not in rules.NO_ATTENTION
-            and not kind.endswith(
-                "_sliding"  # posenc's name for sliding kinds (rules.window), as "hybrid_sliding"
-            )
-        ):
+        known = kind in LAYER_TYPES or kind in rules.NO_ATTENTION or rules.is_sliding(kind)
+        if not known:
             raise ValueError(
                 f"layer_types has {kind!r}, which is no layer type of transformers "
                 f"{HF_VERSION} ({', '.join(LAYER_TYPES)})"
@@ -70,10 +82,30 @@ def checked(cfg, model_type):
     uses = cfg.get("no_rope_layers")
     if uses is not None and any(u not in (0, 1) or isinstance(u, float) for u in uses):
         raise ValueError(f"no_rope_layers entries must be 0 (no RoPE) or 1 (RoPE), got {uses}")
-    if model_type in SLIDE_EVERY_LAYER and cfg.get("sliding_window") and cfg.get("layer_types"):
-        kinds = cfg["layer_types"]  # a layer_types key does not reach their masks
-        cfg["layer_types"] = [k if k in rules.NO_ATTENTION else "sliding_attention" for k in kinds]
     return cfg
+
+
+def every_layer(cfg, model_type, depth):
+    """The layer types of a ``SLIDE_EVERY_LAYER`` model where ``sliding_window`` is set (after
+    :func:`posenc.hf.layers.prepare`): every attention layer slides, given ``layer_types``
+    or not (only the class's derived ones, where the model follows a given list)."""
+    ignored = SLIDE_EVERY_LAYER.get(model_type)
+    if ignored is None or not cfg.get("sliding_window"):
+        return cfg
+    kinds = cfg.get("layer_types")
+    if kinds and not ignored:
+        return cfg
+    kinds = kinds or ["sliding_attention"] * depth
+    kinds = [k if k in rules.NO_ATTENTION else "sliding_attention" for k in kinds]
+    return cfg | {"layer_types": kinds}
+
+
+def settle(cfg, model_type, depth):
+    """The config dict as HF's config class and model settle it, refused by name where HF
+    refuses it: :func:`derived`, :func:`posenc.hf.layers.prepare`, :func:`checked` and
+    :func:`every_layer`, in that order."""
+    cfg = checked(rules.prepare(derived(cfg, model_type, depth), model_type), model_type)
+    return every_layer(cfg, model_type, depth)
 
 
 def _modernbert_decoder(cfg, depth):

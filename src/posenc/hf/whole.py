@@ -122,10 +122,8 @@ def _extras(layer):
 
 def _text(config):
     """The text model's settings, as a dict (a multimodal config's ``text_config``)."""
-    cfg = read.as_dict(config)
-    if cfg.get("text_config") and not cfg.get("num_hidden_layers"):
-        return {"model_type": cfg.get("model_type"), **read.as_dict(cfg["text_config"])}
-    return cfg
+    inner, outer = read.text_model(config)
+    return read.as_dict(config) if inner is config else {"model_type": outer, **read.as_dict(inner)}
 
 
 def _is_mrope(cfg):
