@@ -258,14 +258,7 @@ def attend(
 
 def _keepable(step, q_pos, k_pos) -> bool:
     """Whether what a call planned may serve the next call of the same key: SDPA over range
-    positions with no mask, or a small one that is no thread's workspace, in no graph."""
+    positions, with no mask or a keepable one (:func:`.reuse.keepable`), not a workspace."""
     if step.backend != "sdpa" or step.holds_workspace or step.context is not None:
         return False
-    if not (isinstance(q_pos, range) and isinstance(k_pos, range)):
-        return False
-    m = step.mask
-    return m is None or not (
-        m.requires_grad
-        or m.numel() > reuse.MAX_ELEMENTS
-        or torch._C._functorch.is_functorch_wrapped_tensor(m)
-    )
+    return isinstance(q_pos, range) and isinstance(k_pos, range) and reuse.keepable(step.mask)

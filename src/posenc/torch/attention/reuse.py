@@ -5,16 +5,18 @@ cache) a step's float mask depends only on the encoding's tensors, the two range
 causality, the number of heads, the dtype and the device: one query decoded at a time over
 the same keys, or a loop at one length, would rebuild the same tensor on every call. It is
 kept here instead, weakly per encoding (it goes with the module), for the encodings that
-declare their bias a function of their tensors and settings (``reuses_masks``: ALiBi, T5,
-KERPLE, FIRE), under a key that changes whenever one of those does (a training step, a
-load, ``.to()``, a swapped ``.data``, a flag set by hand). Small masks only; never one
-that requires grad (it belongs to one call's graph), never while compiling, and never one
-handed to a caller who could write into it.
+declare their bias a function of their tables and settings (``reuses_masks``) and have no
+parameters (ALiBi: a learned bias's weights can be written through ``.data``, which no
+version counter shows), under a key that changes whenever a table or a setting does (a
+load, ``.to()``, a write in place, a swapped table, any attribute set, inference mode).
+Small masks only; never one that requires grad (it belongs to one call's graph), never a
+fake or ``torch.func`` tensor, never while compiling, and never one handed to a caller
+who could write into it. Whole ``attend`` calls with default positions are kept the same
+way (:func:`call_key`), the mask with what the checks and the plan decided.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from collections import OrderedDict
@@ -31,28 +33,33 @@ _LOCK = threading.Lock()
 
 def state(encoding, scores=True):
     """The encoding's tensors and settings as a hashable token, or ``None`` where nothing
-    computed from them may be kept (a bias whose tensors require grad here, ``torch.func``
-    wrappers, inference tensors, a bias not declared ``reuses_masks``). ``scores=False``:
-    the settings only (what the checks and the plan of an encoding without a bias read)."""
+    computed from them may be kept: a bias not declared ``reuses_masks``, or one with
+    parameters (learned: a write through ``.data``, as old-style initialisation and EMA
+    copies do, changes no version counter), ``torch.func`` wrappers, inference tensors.
+    ``scores=False``: the settings only (what the checks and the plan of an encoding
+    without a bias read). The settings are counted by ``PositionalEncoding.__setattr__``,
+    per module of the tree (a wrapper's inner encoding too) with the module's identity."""
     if scores and not encoding.reuses_masks:
         return None  # its bias may depend on more than its tensors and settings
-    if encoding._modules:  # FIRE's MLP, a wrapper's inner encoding: every module below it
+    d = encoding.__dict__
+    if d["_modules"]:  # FIRE's MLP, a wrapper's inner encoding: every module below it
         modules = tuple(encoding.modules())
-        settings = tuple(m.__dict__.get("_settings_version", 0) for m in modules)
-        settings += tuple(m.__dict__.get("_work") for m in modules)
-        tensors = itertools.chain(encoding.parameters(), encoding.buffers()) if scores else ()
-    else:  # a leaf module: its own dicts (parameters() walks the tree, several us a call)
-        d = encoding.__dict__
+        settings = tuple(
+            (id(m), m.__dict__.get("_settings_version", 0), m.__dict__.get("_work"))
+            for m in modules
+        )
+        if scores and any(m.__dict__["_parameters"] for m in modules):
+            return None
+        tensors = encoding.buffers() if scores else ()
+    else:  # a leaf module: its own dicts (buffers() walks the tree, several us a call)
         settings = (d.get("_settings_version", 0), d.get("_work"))
-        tensors = itertools.chain(d["_parameters"].values(), d["_buffers"].values())
-        tensors = tensors if scores else ()
-    grad = torch.is_grad_enabled()
+        if scores and d["_parameters"]:
+            return None
+        tensors = d["_buffers"].values() if scores else ()
     kept = []
-    for t in tensors:
+    for t in tensors:  # derived tables (ALiBi's slopes): replaced, moved or written in place
         if t is None:  # a registered None (no bias, say)
             continue
-        if t.requires_grad and grad:
-            return None  # the bias would belong to this call's graph
         if torch._C._functorch.is_functorch_wrapped_tensor(t):
             return None
         try:
@@ -60,7 +67,7 @@ def state(encoding, scores=True):
         except RuntimeError:  # an inference tensor (torch.inference_mode) has no version
             return None
         kept.append((id(t), t.data_ptr(), version, t.device, t.dtype))
-    return tuple(kept), settings
+    return tuple(kept), settings, torch.is_inference_mode_enabled()
 
 
 def key(encoding, q_positions, k_positions, causal, heads, dtype, device, limits):
@@ -91,7 +98,7 @@ def get(encoding, k):
 def put(encoding, k, mask, is_causal):
     """Keep ``(mask, is_causal)`` under ``k`` (unless ``k`` is ``None`` or the mask is large
     or part of a graph)."""
-    if k is None or (mask is not None and (mask.requires_grad or mask.numel() > MAX_ELEMENTS)):
+    if k is None or not keepable(mask):
         return
     with _LOCK:
         kept = _MASKS.setdefault(encoding, OrderedDict())
@@ -105,6 +112,17 @@ def put(encoding, k, mask, is_causal):
 # mode and the encoding's state, so a repeated call (one query decoded at a time, a loop at
 # one length) skips them and goes straight to the kernel with what the first call planned.
 _CALLS = weakref.WeakKeyDictionary()  # encoding -> {call key -> what attend planned}
+
+
+def keepable(mask) -> bool:
+    """May ``mask`` serve later calls: none, or a small plain tensor in no graph (not fake,
+    not ``torch.func``-wrapped, not an inference tensor unless kept for inference calls)."""
+    return mask is None or (
+        type(mask) is torch.Tensor
+        and not mask.requires_grad
+        and mask.numel() <= MAX_ELEMENTS
+        and not torch._C._functorch.is_functorch_wrapped_tensor(mask)
+    )
 
 
 def call_key(encoding, q, k, v, causal, backend):

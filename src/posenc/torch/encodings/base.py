@@ -66,9 +66,10 @@ class PositionalEncoding(DerivedState):
     #: with it raises ``ValueError``), such as ALiBi's ``-m (i - j)`` without ``symmetric``.
     requires_causal: bool = False
 
-    #: Whether ``score_bias`` is a function of the encoding's tensors, its plain attributes
-    #: and the positions alone, so that attention may keep a step's mask over ``range``
-    #: positions between calls (``posenc.torch.attention.reuse``); off by default.
+    #: Whether ``score_bias`` is a function of the encoding's tensors, its attributes and
+    #: the positions alone, so that attention may keep a step's mask over ``range``
+    #: positions between calls (``posenc.torch.attention.reuse``; never for an encoding
+    #: with parameters, whose writes through ``.data`` nothing can see); off by default.
     reuses_masks: bool = False
 
     def encode_input(self, x: torch.Tensor, positions) -> torch.Tensor:
@@ -204,16 +205,12 @@ class PositionalEncoding(DerivedState):
         return _places(type(self))
 
     def __setattr__(self, name, value):
-        # a plain setting set (ALiBi's ``symmetric``, ``heads``, ``training``): count it, so
-        # what attention keeps between calls (posenc.torch.attention.reuse) knows it changed
-        # without reading every attribute on every call
+        # any attribute set (ALiBi's ``symmetric``, a wrapper's ``inner``, ``training``, a
+        # setting back to None): count it, so what attention keeps between calls
+        # (posenc.torch.attention.reuse) knows it may have changed without reading every
+        # attribute on every call
         super().__setattr__(name, value)
-        if type(value) in SETTING_TYPES:
-            self.__dict__["_settings_version"] = self.__dict__.get("_settings_version", 0) + 1
-
-
-#: The types of the attributes counted as settings by ``PositionalEncoding.__setattr__``.
-SETTING_TYPES = (bool, int, float, str)
+        self.__dict__["_settings_version"] = self.__dict__.get("_settings_version", 0) + 1
 
 
 class NoPE(PositionalEncoding):
