@@ -72,11 +72,12 @@ def test_one_layer_is_a_model():
 
 def test_layer_types_give_windows_and_their_length_is_checked():
     types = ["sliding_attention", "full_attention", "local_sliding"]
-    s = schedule_from_hf(_cfg(depth=3, sliding_window=8, layer_types=types))
+    # MinistralModel's mask follows layer_types (a LlamaModel's applies no window at all)
+    s = schedule_from_hf(_cfg("ministral", depth=3, sliding_window=8, layer_types=types))
     assert _field(s, "window") == [8, None, 8]
     with pytest.raises(ValueError, match="layer_types must have num_hidden_layers=2 entries, "
                                          "got 3"):  # fmt: skip
-        schedule_from_hf(_cfg(depth=2, sliding_window=8, layer_types=types))
+        schedule_from_hf(_cfg("ministral", depth=2, sliding_window=8, layer_types=types))
     s = schedule_from_hf(_cfg(depth=2, layer_types=["sliding_attention"] * 2))  # no window set
     assert _field(s, "window") == [None, None]
 
@@ -92,8 +93,10 @@ def test_qwen2s_rule_slides_from_max_window_layers_on():
 def test_mistrals_every_layer_slides_and_unknown_rules_are_refused():
     assert _field(schedule_from_hf(_cfg("mistral", sliding_window=5)), "window") == [5, 5]
     with pytest.raises(ValueError, match="sliding_window but no layer_types, and which layers "
-                                         "of 'llama' slide"):  # fmt: skip
-        schedule_from_hf(_cfg(sliding_window=5))
+                                         "of 'olmo3' slide"):  # fmt: skip
+        schedule_from_hf(_cfg("olmo3", sliding_window=5))
+    # LlamaModel never reads sliding_window (tests/test_window_readers.py): no rule to refuse
+    assert _field(schedule_from_hf(_cfg(sliding_window=5)), "window") == [None, None]
 
 
 def test_llama4_class_defaults_nope_every_fourth_layer_chunks_and_temperature():
@@ -127,7 +130,7 @@ def test_rope_only_on_sliding_layers_of_cohere2():
     types = ["sliding_attention", "full_attention"]
     s = schedule_from_hf(_cfg("cohere2", sliding_window=4, layer_types=types))
     assert [r is None for r in _field(s, "rope")] == [False, True]
-    s = schedule_from_hf(_cfg("llama", sliding_window=4, layer_types=types))
+    s = schedule_from_hf(_cfg("ministral", sliding_window=4, layer_types=types))
     assert [r is None for r in _field(s, "rope")] == [False, False]
 
 
@@ -217,7 +220,7 @@ def test_per_type_rope_parameters():
         ": give it, or pass the transformers config object"
     )
     with pytest.raises(ValueError, match=why):
-        schedule_from_hf(_cfg("llama", depth=3, head_dim=16, sliding_window=4,
+        schedule_from_hf(_cfg("ministral", depth=3, head_dim=16, sliding_window=4,
                               layer_types=types, rope_parameters=missing))  # fmt: skip
     # Gemma3TextConfig fills the missing entry in: the default RoPE, the class's global base
     s = schedule_from_hf(_cfg("gemma3_text", depth=3, head_dim=16, sliding_window=4,
@@ -230,7 +233,7 @@ def test_schedule_modules_share_equal_settings_and_wrap_in_order():
     from posenc.torch import MRoPE, NoPE, RotaryEmbedding, Schedule, SoftmaxFactor
 
     types = ["sliding_attention", "full_attention", "sliding_attention"]
-    s = Schedule.from_hf(_cfg("llama", depth=3, sliding_window=4, layer_types=types))
+    s = Schedule.from_hf(_cfg("ministral", depth=3, sliding_window=4, layer_types=types))
     assert s[0].encoding is s[1].encoding is s[2].encoding  # only windows differ
     assert isinstance(s[0].encoding, RotaryEmbedding)
     assert [s[i].window for i in range(3)] == [4, None, 4]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from posenc.hf.windows import applies_window
+
 # Layer types whose layers have no attention, and so no position (HF's
 # ALLOWED_LAYER_TYPES: "linear_attention" is a recurrent layer -- Mamba, Mamba-2, Gated
 # DeltaNet, MiniMax lightning -- as "recurrent" is RecurrentGemma's; "conv" a convolution;
@@ -39,12 +41,6 @@ SLIDE_ODD_BELOW = {"qwen2_moe": 28}
 # (Gemma3TextConfig._sliding_window_pattern and Cohere2Config: the config's
 # sliding_window_pattern, default 6 and 4)
 PATTERN = {"gemma3_text": 6, "cohere2": 4}
-# model types whose config.sliding_window reaches no mask: MoshiModel and
-# KyutaiSpeechToTextModel build create_causal_mask and pass no sliding_window to the attention
-# function, so eager, SDPA and flash attend to every earlier token; only HF's DynamicCache, built
-# from the config, keeps the last sliding_window - 1 keys while decoding (HF's inconsistency:
-# posenc follows the attention, windowless)
-WINDOW_UNUSED = frozenset(("moshi", "kyutai_speech_to_text"))
 # layer types a config class derives in a property that to_dict() leaves out:
 # BambaConfig.layers_block_type: "full_attention" at attn_layer_indices, else "linear_attention"
 # (Mamba-2); RecurrentGemmaConfig.layers_block_type: block_types (default recurrent, recurrent,
@@ -129,13 +125,14 @@ SWA_WIDTHS = {"dots3_note_text": (256, 192)}
 
 def prepare(cfg, model_type):
     """The config as the class holds it: legacy layer type names renamed, and the window
-    dropped where the class keeps it only with ``use_sliding_window``."""
+    dropped where the class keeps it only with ``use_sliding_window`` or the model never
+    applies it (:func:`posenc.hf.windows.applies_window`)."""
     cfg = dict(cfg)
     if cfg.get("layer_types"):
         cfg["layer_types"] = [LEGACY_TYPES.get(t, t) for t in cfg["layer_types"]]
     if model_type in WINDOW_IF_USED and not cfg.get("use_sliding_window", False):
         cfg["sliding_window"] = None
-    if model_type in WINDOW_UNUSED:
+    if not applies_window(model_type):  # HF's model never reads it: posenc.hf.windows
         cfg["sliding_window"] = None
     if model_type == "recurrent_gemma" and cfg.get("sliding_window") is None:
         cfg["sliding_window"] = cfg.get("attention_window_size", 2048)  # its attribute_map

@@ -76,9 +76,9 @@ def schedule_from_hf(config):
         their window and rotate, and the widths of layers given their own
         (``per_layer_config``: Gemma 4's full layers, Dots3's sliding ones), follow the model
         type's rules (``posenc.hf.layers``). A window is a layer's only where HF's eager and
-        SDPA attention apply it: Moshi's and Kyutai STT's ``sliding_window`` reaches no mask
-        (only HF's cache, keeping the last ``sliding_window - 1`` keys while decoding), so
-        their layers get none.
+        SDPA attention apply it (``posenc.hf.windows``): a Llama config's ``sliding_window``
+        reaches no mask, nor Moshi's (only HF's cache, keeping the last ``sliding_window - 1``
+        keys while decoding), so their layers get none.
 
     Raises
     ------
