@@ -216,3 +216,19 @@ def test_the_table_is_the_modeling_code():
     every = {t for t, how in WINDOWED.items() if how == "every"}
     assert every == {t for t, ignored in settled.SLIDE_EVERY_LAYER.items() if ignored}
     assert set(settled.SLIDE_EVERY_LAYER) <= set(WINDOWED)
+
+
+@pytest.mark.parametrize("model_type", ["t5_gemma_module", "t5gemma2_text"])
+def test_encoder_windows_that_look_both_ways_are_refused(model_type):
+    # T5Gemma's encoder (is_decoder False, the module config's default) and T5Gemma 2's
+    # (its text config) build create_bidirectional_sliding_window_mask / an is_causal=False
+    # window: posenc's windows look back, so the schedule is refused by name
+    cfg = transformers.AutoConfig.for_model(
+        model_type, num_hidden_layers=3, sliding_window=3,
+        layer_types=["full_attention", "sliding_attention", "full_attention"],
+    )  # fmt: skip
+    src = Path(transformers.__file__).parent / "models"
+    text = "".join(p.read_text() for p in src.glob("t5gemma*/modeling_t5gemma*.py"))
+    assert "create_bidirectional_sliding_window_mask" in text and "is_causal=False" in text
+    with pytest.raises(ValueError, match=f"{model_type}.*bidirectional"):
+        schedule_from_hf(cfg)

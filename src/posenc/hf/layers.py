@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from posenc.hf.windows import applies_window
+from posenc.hf.windows import WINDOWED, applies_window
 
 # Layer types whose layers have no attention, and so no position (HF's
 # ALLOWED_LAYER_TYPES: "linear_attention" is a recurrent layer -- Mamba, Mamba-2, Gated
@@ -261,6 +261,8 @@ def refuse_bidirectional(cfg, model_type):
     if why is None and cfg.get("use_bidirectional_attention"):
         why = BIDIRECTIONAL_FLAG.get(model_type)
         why = why and f"use_bidirectional_attention is set: {why}"
+    if why is None and WINDOWED.get(model_type) == "both" and not cfg.get("is_decoder"):
+        why = "an encoder's: posenc.hf.windows.WINDOWED"  # T5Gemma's and T5Gemma 2's encoders
     if why and (windowed or not cfg.get("layer_types")):
         raise ValueError(
             f"model_type {model_type!r} is not reproduced: its sliding windows are "
