@@ -41,9 +41,13 @@ def _install(session: nox.Session, extra: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite and the docstring examples of src/posenc."""
+    """Run the test suite and the docstring examples of src/posenc.
+
+    Two pytest-xdist workers, one test file each at a time (``--dist loadfile``: a file's
+    tests share the graphs they compile); ``nox -s tests -- -n 0`` runs in one process.
+    """
     _install(session, "test")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "2", "--dist", "loadfile", *session.posargs)
 
 
 @nox.session(python=PYTHON)
