@@ -186,3 +186,14 @@ def test_a_decode_rotation_matches_the_formula_and_the_four_kernel_path():
     torch.testing.assert_close(got_q.double(), _rotate_ref(q, pos), atol=2e-6, rtol=1e-5)
     torch.testing.assert_close(got_k.double(), _rotate_ref(k, pos), atol=2e-6, rtol=1e-5)
     assert torch.equal(got_q, ref_q) and torch.equal(got_k, ref_k)
+
+
+def test_a_table_that_requires_grad_gets_its_gradient_after_inference_calls():
+    alibi = ALiBi(H).double()
+    alibi.slopes.requires_grad_(True)  # a user training the derived slopes
+    q, k, v = _qkv()
+    with torch.no_grad():
+        for _ in range(2):
+            attend(q, k, v, alibi, backend="sdpa")  # kept: no graph
+    attend(q, k, v, alibi, backend="sdpa").sum().backward()
+    assert alibi.slopes.grad is not None and float(alibi.slopes.grad.abs().sum()) > 0

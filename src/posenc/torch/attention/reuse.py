@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 
 import torch
 
@@ -27,7 +26,7 @@ __all__ = ["state", "key", "get", "put", "call_key", "recall", "remember"]
 
 MAX_ELEMENTS = 1 << 20  # 4 MiB of float32: larger masks cost little next to their attention
 MAX_ENTRIES = 8  # per encoding, the oldest evicted first
-_MASKS = weakref.WeakKeyDictionary()  # encoding -> OrderedDict(key -> (mask, is_causal))
+_MASKS = weakref.WeakKeyDictionary()  # encoding -> {key -> (mask, is_causal)}, oldest first
 _LOCK = threading.Lock()
 
 
@@ -35,7 +34,8 @@ def state(encoding, scores=True):
     """The encoding's tensors and settings as a hashable token, or ``None`` where nothing
     computed from them may be kept: a bias not declared ``reuses_masks``, or one with
     parameters (learned: a write through ``.data``, as old-style initialisation and EMA
-    copies do, changes no version counter), ``torch.func`` wrappers, inference tensors.
+    copies do, changes no version counter), a table that requires grad in grad mode,
+    ``torch.func`` wrappers, inference tensors.
     ``scores=False``: the settings only (what the checks and the plan of an encoding
     without a bias read). The settings are counted by ``PositionalEncoding.__setattr__``,
     per module of the tree (a wrapper's inner encoding too) with the module's identity."""
@@ -56,10 +56,12 @@ def state(encoding, scores=True):
         if scores and d["_parameters"]:
             return None
         tensors = d["_buffers"].values() if scores else ()
-    kept = []
+    kept, grad = [], torch.is_grad_enabled()
     for t in tensors:  # derived tables (ALiBi's slopes): replaced, moved or written in place
         if t is None:  # a registered None (no bias, say)
             continue
+        if t.requires_grad and grad:
+            return None  # the bias would belong to this call's graph
         if torch._C._functorch.is_functorch_wrapped_tensor(t):
             return None
         try:
@@ -98,17 +100,21 @@ def get(encoding, k):
 def put(encoding, k, mask, is_causal):
     """Keep ``(mask, is_causal)`` under ``k`` (unless ``k`` is ``None`` or the mask is large
     or part of a graph)."""
-    if k is None or not keepable(mask):
-        return
-    with _LOCK:
-        kept = _MASKS.setdefault(encoding, OrderedDict())
-        kept[k] = (mask, is_causal)
+    if k is not None and keepable(mask):
+        _store(_MASKS, encoding, k, (mask, is_causal))
+
+
+def _store(store, encoding, k, value):
+    """``store[encoding][k] = value``, at most ``MAX_ENTRIES`` per encoding, oldest out first."""
+    with _LOCK:  # threads share the store: evict and insert as one step
+        kept = store.setdefault(encoding, {})
+        kept[k] = value
         while len(kept) > MAX_ENTRIES:
-            kept.popitem(last=False)
+            kept.pop(next(iter(kept)))
 
 
 # Whole calls of ``attend`` with default positions: what the checks and the plan of a call
-# decided depends only on the shapes, dtypes and device of q, k, v, the arguments, the grad
+# decided depends only on the shapes, dtypes and device of q, k, v, the arguments, inference
 # mode and the encoding's state, so a repeated call (one query decoded at a time, a loop at
 # one length) skips them and goes straight to the kernel with what the first call planned.
 _CALLS = weakref.WeakKeyDictionary()  # encoding -> {call key -> what attend planned}
@@ -116,7 +122,8 @@ _CALLS = weakref.WeakKeyDictionary()  # encoding -> {call key -> what attend pla
 
 def keepable(mask) -> bool:
     """May ``mask`` serve later calls: none, or a small plain tensor in no graph (not fake,
-    not ``torch.func``-wrapped, not an inference tensor unless kept for inference calls)."""
+    not ``torch.func``-wrapped; one built in inference mode serves only inference mode, as
+    :func:`state` keys it)."""
     return mask is None or (
         type(mask) is torch.Tensor
         and not mask.requires_grad
@@ -128,7 +135,7 @@ def keepable(mask) -> bool:
 def call_key(encoding, q, k, v, causal, backend):
     """The key of one ``attend`` call with default positions, or ``None`` (not kept)."""
     token = state(encoding, "scores" in encoding.places)
-    if token is None:  # (a bias whose tensors require grad, in grad mode: planned every call)
+    if token is None:  # planned on every call (see state)
         return None
     return (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, causal, backend,
             token)  # fmt: skip
@@ -144,10 +151,5 @@ def recall(encoding, k):
 
 def remember(encoding, k, planned):
     """Keep ``planned`` under ``k`` (unless ``k`` is ``None``), the oldest evicted first."""
-    if k is None:
-        return
-    with _LOCK:
-        calls = _CALLS.setdefault(encoding, {})
-        calls[k] = planned
-        while len(calls) > MAX_ENTRIES:
-            calls.pop(next(iter(calls)))
+    if k is not None:
+        _store(_CALLS, encoding, k, planned)
