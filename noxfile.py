@@ -128,7 +128,10 @@ def experiments(session: nox.Session) -> None:
     ``nox -s experiments -- text`` runs (or resumes) the text study of Part 6 instead: 12
     encodings x 5 seeds of byte-level models on the standard library's source, RoPE's
     extensions included, into benchmarks/results/text_study.jsonl (about 2 hours of
-    2-core CPU); ``-- text --quick`` a miniature in a temporary file.
+    2-core CPU); ``-- text --quick`` a miniature in a temporary file. ``-- text --study
+    extend`` extends the study's RoPE model to 4 and 8 times its length, every method at
+    the factor that target needs, untrained and after the same short training, into
+    benchmarks/results/text_extend.jsonl (5 seeds, about an hour of 2-core CPU).
     """
     _install(session, "experiments")
     args = list(session.posargs)

@@ -20,6 +20,7 @@ from posenc.experiments.train import Config
 
 DEFAULT_OUT = "benchmarks/results/length_generalisation.jsonl"
 TEXT_OUT = "benchmarks/results/text_study.jsonl"
+TEXT_OUTS = {"text": TEXT_OUT, "extend": "benchmarks/results/text_extend.jsonl"}
 SEEDS = [0, 1, 2, 3, 4]
 QUICK = {"encodings": ["nope", "rope", "alibi"], "seeds": [0]}
 ORDER = list(ENCODINGS) + list(VARIANTS)
@@ -114,8 +115,11 @@ def _text_parser(sub):
     from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig
 
     text = sub.add_parser("text", help="run (or resume) the text study")
-    text.add_argument("--encodings", nargs="+", default=list(TEXT_ENCODINGS),
-                      choices=list(TEXT_ENCODINGS))  # fmt: skip
+    text.add_argument("--study", choices=["text", "extend"], default="text",
+                      help="the text study, or its RoPE model extended to matched targets "
+                      f"(default out {TEXT_OUTS['extend']})")  # fmt: skip
+    text.add_argument("--encodings", nargs="+", default=None, choices=list(TEXT_ENCODINGS),
+                      help="default: all (with --study extend: rope, the only one)")  # fmt: skip
     text.add_argument("--seeds", nargs="+", type=_natural, default=list(TEXT_SEEDS))
     text.add_argument("--jobs", type=_positive, default=2, help="local worker processes")
     text.add_argument("--shard", type=_shard, default=(1, 1), help="i/n: as for run")
@@ -132,23 +136,28 @@ def _text_parser(sub):
 
 def _text(parser, args, argv):
     from posenc.experiments.text_run import quick_text_config, run_text, text_jobs
-    from posenc.experiments.text_study import TextConfig
+    from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig
 
     given = {f.name: getattr(args, f.name) for f in fields(TextConfig)}
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
     try:
         config = replace(quick_text_config(TextConfig()) if args.quick else TextConfig(), **given)
-        jobs = text_jobs(args.encodings, args.seeds, args.shard)
+        default = ["rope"] if args.study == "extend" else list(TEXT_ENCODINGS)
+        encodings = args.encodings or default
+        if args.study == "extend" and encodings != ["rope"]:
+            raise ValueError(f"--study extend extends RoPE only, got --encodings {encodings}")
+        jobs = text_jobs(encodings, args.seeds, args.shard)
         out = args.out or (
             os.path.join(tempfile.mkdtemp(prefix="posenc-quick-"), "text.jsonl")
             if args.quick
-            else TEXT_OUT
+            else TEXT_OUTS[args.study]
         )
         check_out(out, config)
     except ValueError as err:
         parser.error(str(err))
     rows = run_text(jobs, config, out, processes=args.jobs, progress=not args.no_progress,
-                    command="python -m posenc.experiments " + " ".join(argv))  # fmt: skip
+                    command="python -m posenc.experiments " + " ".join(argv),
+                    study=args.study)  # fmt: skip
     print(f"{len(rows)} rows in {out}")
     return 0
 

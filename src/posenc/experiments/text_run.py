@@ -16,9 +16,10 @@ from pathlib import Path
 
 from posenc.experiments.provenance import machine, stamp
 from posenc.experiments.results import _key, check_out, load, write_sorted
+from posenc.experiments.text_extend import extend_names, run_extend_job
 from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig, result_names, run_text_job
 
-__all__ = ["TEXT_SEEDS", "HELD_OUT", "text_jobs", "run_text", "quick_text_config"]
+__all__ = ["TEXT_SEEDS", "HELD_OUT", "STUDIES", "text_jobs", "run_text", "quick_text_config"]
 
 TEXT_SEEDS = (0, 1, 2, 3, 4)  # 0-2 draw the verdicts, 3-4 check them (held out)
 HELD_OUT = (3, 4)
@@ -47,12 +48,20 @@ def text_jobs(encodings, seeds, shard=(1, 1)) -> list[tuple]:
     return [(e, s) for s in seeds for e in order][i - 1 :: n]
 
 
+# study -> (the rows' task, result names of an encoding's job, the job)
+STUDIES = {
+    "text": ("text", result_names, run_text_job),
+    "extend": ("text-extend", lambda encoding: extend_names(), run_extend_job),
+}
+
+
 def _worker(args):
-    (encoding, seed), config = args
-    return encoding, seed, run_text_job(encoding, seed, config)
+    (encoding, seed), config, study = args
+    return encoding, seed, STUDIES[study][2](encoding, seed, config)
 
 
-def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progress=True):
+def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progress=True,
+             study="text"):  # fmt: skip
     """Run the jobs not yet in ``out``, appending each job's rows when it finishes.
 
     Parameters
@@ -69,6 +78,9 @@ def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progre
         Recorded with every row (default: this process's command line).
     progress : bool
         A progress bar over the jobs.
+    study : {"text", "extend"}
+        The text study, or the extension of its RoPE model to matched targets
+        (:mod:`~posenc.experiments.text_extend`; jobs ``("rope", seed)``).
 
     Returns
     -------
@@ -77,14 +89,17 @@ def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progre
     """
     from tqdm import tqdm
 
+    if study not in STUDIES:
+        raise ValueError(f"study must be one of {sorted(STUDIES)}, got {study!r}")
+    task, names, _ = STUDIES[study]
     out, code = Path(out), stamp()
     check_out(out, config, code)
     done = {_key(r) for r in load(out)}
-    todo = [j for j in jobs if any(("text", n, j[1]) not in done for n in result_names(j[0]))]
+    todo = [j for j in jobs if any((task, n, j[1]) not in done for n in names(j[0]))]
     meta = machine(command or " ".join([Path(sys.executable).name, *sys.argv])) | code
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="text study", unit="run",
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=f"{study} study", unit="run",
                disable=not progress)  # fmt: skip
-    work = [(j, config) for j in todo]
+    work = [(j, config, study) for j in todo]
     if processes > 1 and len(todo) > 1:
         pool = mp.get_context("spawn").Pool(processes)  # torch is not fork-safe
         results = pool.imap_unordered(_worker, work)
@@ -94,7 +109,7 @@ def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progre
         for encoding, seed, rows in results:
             with out.open("a") as f:
                 f.writelines(
-                    json.dumps(r | {"task": "text", "seed": seed, "config": config.as_dict()}
+                    json.dumps(r | {"task": task, "seed": seed, "config": config.as_dict()}
                                | meta, sort_keys=True) + "\n"
                     for r in rows
                 )  # fmt: skip
