@@ -186,13 +186,18 @@ def attend(
     >>> attend(q, k, v, RotaryEmbedding(8, max_len=16)).shape
     torch.Size([1, 4, 6, 8])
     """
-    known = None  # default positions: a call planned before goes straight to the kernel
+    known, q_in, k_in = None, q, k  # default positions: a call planned before goes straight to
+    # the kernel (keyed by the q and k given, not the encoded ones)
     if (q_positions is None and k_positions is None and padding_mask is None and window is None
             and chunk is None and documents is None and not torch.compiler.is_compiling()
             and isinstance(encoding, (PositionalEncoding, type(None)))):  # fmt: skip
         enc = _NOPE if encoding is None else encoding
-        known = reuse.call_key(enc, q, k, v, causal, backend)
-        planned = reuse.recall(enc, known)
+        planned = reuse.last_call(enc, q, k, v, causal, backend)  # the same call again
+        if planned is None:
+            known = reuse.call_key(enc, q, k, v, causal, backend)
+            planned = reuse.recall(enc, known)
+            if planned is not None:
+                reuse.keep_last(enc, q, k, v, causal, backend, planned)
         if planned is not None:
             q_pos, k_pos, mask, is_causal, scale, gqa, wide = planned
             q, k = enc.encode_qk(q, k, q_pos, k_pos)
@@ -251,6 +256,7 @@ def attend(
             gqa, wide = q.shape[1] != k.shape[1], q.shape[-1] > v.shape[-1]
             planned = (q_pos, k_pos, step.mask, step.is_causal, scale, gqa, wide)
             reuse.remember(enc, known, planned)
+            reuse.keep_last(enc, q_in, k_in, v, causal, backend, planned)
         return out
     finally:
         release(step)

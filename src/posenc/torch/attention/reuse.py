@@ -22,7 +22,8 @@ import weakref
 
 import torch
 
-__all__ = ["state", "key", "get", "put", "call_key", "recall", "remember"]
+__all__ = ["state", "key", "get", "put", "call_key", "recall", "remember", "last_call",
+           "keep_last"]  # fmt: skip
 
 MAX_ELEMENTS = 1 << 20  # 4 MiB of float32: larger masks cost little next to their attention
 MAX_ENTRIES = 8  # per encoding, the oldest evicted first
@@ -132,8 +133,17 @@ def keepable(mask) -> bool:
     )
 
 
+def _faking() -> bool:
+    """Inside a ``FakeTensorMode`` (shape propagation, memory estimates): a real mask kept
+    before would meet fake tensors, and a fake one must not be kept."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
 def call_key(encoding, q, k, v, causal, backend):
-    """The key of one ``attend`` call with default positions, or ``None`` (not kept)."""
+    """The key of one ``attend`` call with default positions, or ``None`` (not kept, and
+    nothing kept served: inside a fake mode)."""
+    if _faking():
+        return None
     token = state(encoding, "scores" in encoding.places)
     if token is None:  # planned on every call (see state)
         return None
@@ -153,3 +163,80 @@ def remember(encoding, k, planned):
     """Keep ``planned`` under ``k`` (unless ``k`` is ``None``), the oldest evicted first."""
     if k is not None:
         _store(_CALLS, encoding, k, planned)
+
+
+# The last call of each leaf encoding, in its own ``__dict__`` (``"_last_call"``, dropped when
+# it is pickled or copied): a loop that repeats one call (a benchmark, a fixed-length decode
+# over a static cache's keys) is answered from it with a handful of identity and integer
+# comparisons, before the key of :func:`call_key` is built and hashed. It holds the tables
+# themselves (compared by identity: a tensor freed and another allocated at its address is
+# told apart) with their addresses and version counters, the settings count and what the
+# call planned; whatever does not compare equal goes the way of :func:`call_key`.
+
+
+def _tables(encoding):
+    """``((table, address, version), ...)`` of a leaf encoding whose mask may be kept, or
+    ``None``: the same refusals as :func:`state` (a bias not declared ``reuses_masks``,
+    parameters, a table that requires grad or is ``torch.func``-wrapped or an inference
+    tensor). Encodings without a bias: ``()`` (their plan reads no tensor)."""
+    d = encoding.__dict__
+    if d["_modules"]:
+        return None  # a tree: the settings of every module count (state walks it)
+    if "scores" not in encoding.places:
+        return ()
+    if not encoding.reuses_masks or d["_parameters"]:
+        return None
+    out = []
+    for t in d["_buffers"].values():
+        if t is None:
+            out.append((None, 0, 0))
+            continue
+        if t.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return None
+        try:
+            out.append((t, t.data_ptr(), t._version))
+        except RuntimeError:  # an inference tensor has no version counter
+            return None
+    return tuple(out)
+
+
+def keep_last(encoding, q, k, v, causal, backend, planned):
+    """Keep ``planned`` as the last call of ``encoding`` (a leaf whose plan may be kept)."""
+    tables = _tables(encoding)
+    if tables is None:
+        return
+    d = encoding.__dict__
+    d["_last_call"] = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, causal,
+                       backend, tables, d.get("_settings_version", 0), d.get("_work"),
+                       torch.is_inference_mode_enabled(), planned)  # fmt: skip
+
+
+def last_call(encoding, q, k, v, causal, backend):
+    """What ``attend`` planned for the last call of ``encoding`` if this one is the same call
+    (plain tensors of the same shapes, dtypes and device, the same arguments, inference
+    mode and tables and settings unchanged), else ``None``."""
+    d = encoding.__dict__
+    slot = d.get("_last_call")
+    if slot is None:
+        return None
+    qs, ks, vs, qt, kt, vt, dev, causal_, backend_, tables, settings, work, infer, planned = slot
+    if not (
+        type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+        and q.shape == qs and k.shape == ks and v.shape == vs
+        and q.dtype is qt and k.dtype is kt and v.dtype is vt
+        and causal is causal_ and backend == backend_ and q.device == dev
+        and d.get("_settings_version", 0) == settings and d.get("_work") is work
+        and torch.is_inference_mode_enabled() is infer
+    ):  # fmt: skip
+        return None
+    if tables:
+        buffers = d["_buffers"]
+        if len(buffers) != len(tables):
+            return None
+        for t, (kept, address, version) in zip(buffers.values(), tables, strict=False):
+            if t is not kept:
+                return None
+            if t is not None and (t.requires_grad or t._version != version
+                                  or t.data_ptr() != address):  # fmt: skip
+                return None
+    return planned

@@ -212,6 +212,12 @@ class PositionalEncoding(DerivedState):
         super().__setattr__(name, value)
         self.__dict__["_settings_version"] = self.__dict__.get("_settings_version", 0) + 1
 
+    def __getstate__(self):
+        # what attention kept of the last call (posenc.torch.attention.reuse.keep_last)
+        # holds this module's tables and a mask: a copy or a pickle starts without it
+        state = super().__getstate__()
+        return {k: v for k, v in state.items() if k != "_last_call"}
+
 
 class NoPE(PositionalEncoding):
     """No positional encoding: every hook is the default no-op.

@@ -1,0 +1,132 @@
+"""The last call kept on each encoding (``reuse.last_call``): every way a repeated ``attend``
+call can differ from the one kept, each against a float64 formula. Each test fails when the
+comparison it names is taken out of ``last_call`` (seen failing, one by one)."""
+
+import copy
+import pickle
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import posenc
+from posenc.torch import ALiBi, RotaryEmbedding
+from posenc.torch.attention.core import attend
+
+B, H, D, SK = 1, 6, 8, 40  # six heads: slopes that are not powers of two
+
+
+def _qkv(dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, 1, D, generator=g, dtype=torch.float64)  # one query, at the end
+    k, v = (torch.randn(B, H, SK, D, generator=g, dtype=torch.float64) for _ in range(2))
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _ref(q, k, v, slopes):
+    """Float64 attention of the last position over every key with ALiBi's -m_h (i - j)."""
+    q, k, v = q.double(), k.double(), v.double()
+    dist = (SK - 1) - torch.arange(SK, dtype=torch.float64)  # i - j, (SK,)
+    bias = -torch.as_tensor(slopes, dtype=torch.float64)[:, None, None] * dist  # (H, 1, SK)
+    return ((q @ k.transpose(-1, -2)) * D**-0.5 + bias).softmax(-1) @ v
+
+
+def _kept(alibi, q, k, v):
+    with torch.no_grad():
+        attend(q, k, v, alibi, backend="sdpa")
+    assert "_last_call" in alibi.__dict__  # the call is kept: the next one may use it
+
+
+def test_a_table_swapped_for_a_view_at_the_same_address_is_seen():
+    alibi, (q, k, v) = ALiBi(H).double(), _qkv(torch.float64)
+    _kept(alibi, q, k, v)
+    old = alibi.slopes
+    same = old.as_strided((H,), (0,))  # same address and version counter, every slope m_0
+    alibi.register_buffer("slopes", same, persistent=False)  # no attribute set: no count
+    with torch.no_grad():
+        out = attend(q, k, v, alibi, backend="sdpa")
+    torch.testing.assert_close(out, _ref(q, k, v, [old[0].item()] * H), rtol=1e-12, atol=1e-12)
+
+
+def test_a_table_written_through_data_is_seen():
+    alibi, (q, k, v) = ALiBi(H).double(), _qkv(torch.float64)
+    _kept(alibi, q, k, v)
+    new = torch.linspace(0.05, 0.6, H, dtype=torch.float64)
+    alibi.slopes.data = new.clone()  # the same tensor object, new memory, no version bump
+    with torch.no_grad():
+        out = attend(q, k, v, alibi, backend="sdpa")
+    torch.testing.assert_close(out, _ref(q, k, v, new), rtol=1e-12, atol=1e-12)
+
+
+def test_a_table_that_starts_to_require_grad_gets_its_gradient():
+    alibi, (q, k, v) = ALiBi(H).double(), _qkv(torch.float64)
+    _kept(alibi, q, k, v)
+    alibi.slopes.requires_grad_(True)  # in place: no version bump, no attribute set
+    out = attend(q, k, v, alibi, backend="sdpa")
+    out.sum().backward()
+    slopes = alibi.slopes.detach().clone().requires_grad_(True)
+    _ref(q, k, v, slopes).sum().backward()
+    assert alibi.slopes.grad is not None
+    torch.testing.assert_close(alibi.slopes.grad, slopes.grad, rtol=1e-10, atol=1e-12)
+
+
+def _two_queries():  # two queries at the end: a causal mask (SDPA's own is aligned top-left)
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(B, H, n, D, generator=g) for n in (2, SK, SK)]
+
+
+def test_the_same_call_on_another_device_is_planned_there():
+    q, k, v = _two_queries()
+    with torch.no_grad():
+        attend(q, k, v, backend="sdpa")  # kept, with its mask on the CPU
+        out = attend(*(t.to("meta") for t in (q, k, v)), backend="sdpa")
+    assert out.device.type == "meta" and out.shape == (B, H, 2, D)
+
+
+def test_fake_tensors_after_a_real_call_are_planned_anew():
+    q, k, v = _two_queries()
+    with torch.no_grad():
+        attend(q, k, v, backend="sdpa")  # kept, with a real mask
+    with FakeTensorMode() as mode, torch.no_grad():
+        out = attend(*(mode.from_tensor(t) for t in (q, k, v)), backend="sdpa")
+    assert out.shape == (B, H, 2, D)
+
+
+def test_a_module_cast_to_float64_computes_its_bias_in_float64_again():
+    # .double() keeps the float64 slopes (the same tensor) and changes only the work dtype
+    heads = 12  # slopes whose products round differently in float32
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(B, heads, 1, D, generator=g)
+    k, v = (torch.randn(B, heads, SK, D, generator=g) for _ in range(2))
+    alibi = ALiBi(heads)
+    _kept(alibi, q, k, v)
+    table = alibi.slopes
+    alibi.double()
+    assert alibi.slopes is table
+    with torch.no_grad():
+        out = attend(q, k, v, alibi, backend="sdpa")
+        fresh = attend(q, k, v, ALiBi(heads).double(), backend="sdpa")
+        before = attend(q, k, v, ALiBi(heads), backend="sdpa")
+    assert torch.equal(out, fresh)
+    assert not torch.equal(fresh, before)  # the work dtype shows in these numbers
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))])
+def test_a_copy_starts_without_the_kept_call(clone):
+    alibi, (q, k, v) = ALiBi(H).double(), _qkv(torch.float64)
+    _kept(alibi, q, k, v)
+    twin = clone(alibi)
+    assert "_last_call" not in twin.__dict__
+    with torch.no_grad():
+        out = attend(q, k, v, twin, backend="sdpa")
+    torch.testing.assert_close(out, _ref(q, k, v, posenc.alibi_slopes(H)), rtol=1e-12, atol=1e-12)
+
+
+def test_encodings_without_a_bias_keep_their_calls_and_rotate_every_call():
+    rope, (q, k, v) = RotaryEmbedding(D, max_len=64).double(), _qkv(torch.float64)
+    with torch.no_grad():
+        first = attend(q, k, v, rope, backend="sdpa")
+        assert "_last_call" in rope.__dict__
+        again = attend(q, k, v, rope, backend="sdpa")
+        other = attend(q * 2, k, v, rope, backend="sdpa")  # same shapes, other values
+    assert torch.equal(first, again) and not torch.equal(first, other)
