@@ -131,7 +131,10 @@ def experiments(session: nox.Session) -> None:
     2-core CPU); ``-- text --quick`` a miniature in a temporary file. ``-- text --study
     extend`` extends the study's RoPE model to 4 and 8 times its length, every method at
     the factor that target needs, untrained and after the same short training, into
-    benchmarks/results/text_extend.jsonl (5 seeds, about an hour of 2-core CPU).
+    benchmarks/results/text_extend.jsonl (5 seeds, about an hour of 2-core CPU); ``-- text
+    --study passkey`` follows passkey retrieval through training (RoPE, ALiBi, NoPE at 1, 2
+    and 4 times the steps, and Hugging Face's Llama on the same batches; seeds 0-2, about
+    4.5 hours of 2-core CPU) into benchmarks/results/text_passkey.jsonl.
     """
     _install(session, "experiments")
     args = list(session.posargs)

@@ -20,7 +20,8 @@ from posenc.experiments.train import Config
 
 DEFAULT_OUT = "benchmarks/results/length_generalisation.jsonl"
 TEXT_OUT = "benchmarks/results/text_study.jsonl"
-TEXT_OUTS = {"text": TEXT_OUT, "extend": "benchmarks/results/text_extend.jsonl"}
+TEXT_OUTS = {"text": TEXT_OUT, "extend": "benchmarks/results/text_extend.jsonl",
+             "passkey": "benchmarks/results/text_passkey.jsonl"}  # fmt: skip
 SEEDS = [0, 1, 2, 3, 4]
 QUICK = {"encodings": ["nope", "rope", "alibi"], "seeds": [0]}
 ORDER = list(ENCODINGS) + list(VARIANTS)
@@ -115,12 +116,13 @@ def _text_parser(sub):
     from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig
 
     text = sub.add_parser("text", help="run (or resume) the text study")
-    text.add_argument("--study", choices=["text", "extend"], default="text",
-                      help="the text study, or its RoPE model extended to matched targets "
-                      f"(default out {TEXT_OUTS['extend']})")  # fmt: skip
+    text.add_argument("--study", choices=list(TEXT_OUTS), default="text",
+                      help="the text study; its RoPE model extended to matched targets; or "
+                      "passkey retrieval through training (default seeds 0 1 2)")  # fmt: skip
     text.add_argument("--encodings", nargs="+", default=None, choices=list(TEXT_ENCODINGS),
                       help="default: all (with --study extend: rope, the only one)")  # fmt: skip
-    text.add_argument("--seeds", nargs="+", type=_natural, default=list(TEXT_SEEDS))
+    text.add_argument("--seeds", nargs="+", type=_natural, default=None,
+                      help=f"default {list(TEXT_SEEDS)}")  # fmt: skip
     text.add_argument("--jobs", type=_positive, default=2, help="local worker processes")
     text.add_argument("--shard", type=_shard, default=(1, 1), help="i/n: as for run")
     text.add_argument("--out", default=None, help=f"results file (default {TEXT_OUT}; with "
@@ -135,7 +137,8 @@ def _text_parser(sub):
 
 
 def _text(parser, args, argv):
-    from posenc.experiments.text_run import quick_text_config, run_text, text_jobs
+    from posenc.experiments.text_passkey import PASSKEY_SEEDS, passkey_jobs
+    from posenc.experiments.text_run import TEXT_SEEDS, quick_text_config, run_text, text_jobs
     from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig
 
     given = {f.name: getattr(args, f.name) for f in fields(TextConfig)}
@@ -146,7 +149,15 @@ def _text(parser, args, argv):
         encodings = args.encodings or default
         if args.study == "extend" and encodings != ["rope"]:
             raise ValueError(f"--study extend extends RoPE only, got --encodings {encodings}")
-        jobs = text_jobs(encodings, args.seeds, args.shard)
+        if args.study == "passkey":
+            if args.encodings:
+                raise ValueError("--study passkey runs its own models: give no --encodings")
+            seeds = args.seeds or list(PASSKEY_SEEDS)
+            text_jobs([], seeds, args.shard)  # the same checks of seeds and shard
+            i, n = args.shard
+            jobs = passkey_jobs(seeds)[i - 1 :: n]
+        else:
+            jobs = text_jobs(encodings, args.seeds or list(TEXT_SEEDS), args.shard)
         out = args.out or (
             os.path.join(tempfile.mkdtemp(prefix="posenc-quick-"), "text.jsonl")
             if args.quick

@@ -17,6 +17,7 @@ from pathlib import Path
 from posenc.experiments.provenance import machine, stamp
 from posenc.experiments.results import _key, check_out, load, write_sorted
 from posenc.experiments.text_extend import extend_names, run_extend_job
+from posenc.experiments.text_passkey import run_passkey_job
 from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig, result_names, run_text_job
 
 __all__ = ["TEXT_SEEDS", "HELD_OUT", "STUDIES", "text_jobs", "run_text", "quick_text_config"]
@@ -52,6 +53,7 @@ def text_jobs(encodings, seeds, shard=(1, 1)) -> list[tuple]:
 STUDIES = {
     "text": ("text", result_names, run_text_job),
     "extend": ("text-extend", lambda encoding: extend_names(), run_extend_job),
+    "passkey": ("text-passkey", lambda name: [name], run_passkey_job),
 }
 
 
@@ -78,9 +80,11 @@ def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progre
         Recorded with every row (default: this process's command line).
     progress : bool
         A progress bar over the jobs.
-    study : {"text", "extend"}
-        The text study, or the extension of its RoPE model to matched targets
-        (:mod:`~posenc.experiments.text_extend`; jobs ``("rope", seed)``).
+    study : {"text", "extend", "passkey"}
+        The text study, the extension of its RoPE model to matched targets
+        (:mod:`~posenc.experiments.text_extend`; jobs ``("rope", seed)``), or passkey
+        retrieval through training (:mod:`~posenc.experiments.text_passkey`; jobs from
+        :func:`~posenc.experiments.text_passkey.passkey_jobs`).
 
     Returns
     -------
