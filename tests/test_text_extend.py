@@ -13,6 +13,7 @@ from posenc.experiments.text_extend import (
     METHODS,
     TARGETS,
     _extend,
+    context_gain,
     extend_names,
     position_loss,
     run_extend_job,
@@ -38,6 +39,37 @@ def test_the_loss_by_position_averages_to_the_loss_per_byte():
     # position p of a window sees bytes 0..p only: the first column is the loss of byte 1 alone
     with pytest.raises(ValueError, match="total must be a multiple of n=64"):
         position_loss(lm, 64, 500)
+
+
+def test_a_model_that_sees_a_fixed_window_gains_nothing_from_a_longer_context():
+    from posenc.torch import Layer, Schedule
+
+    torch.manual_seed(0)
+    rope = text_extend._rope(TINY)
+    L = 32  # the last L / 2 bytes see as far back in the long window as in the short one:
+    w = 1 + L // 2 // TINY.depth  # depth layers of a window w reach depth * (w - 1) bytes back
+    seen = make_text_model(Schedule([Layer(rope, window=w) for _ in range(TINY.depth)]), TINY)
+    assert abs(context_gain(seen, 256, L, 1024)) < 1e-5
+    full = make_text_model(rope, TINY)  # sees everything: other bytes, another loss
+    full.load_state_dict(seen.state_dict())
+    assert abs(context_gain(full, 256, L, 1024)) > 1e-3
+    with pytest.raises(ValueError, match="total must be a multiple of n=256"):
+        context_gain(full, 256, L, 1000)
+
+
+def test_the_context_gain_is_the_loss_of_each_byte_from_its_long_and_its_short_context():
+    from posenc.experiments.text_data import corpus, eval_windows
+
+    lm, n, L, total = _model(), 64, 16, 256
+    rows = eval_windows(corpus("eval"), n, total)  # (4, n + 1)
+    diffs = []
+    with torch.no_grad():
+        for t in rows:
+            for p in range(n - L // 2, n):  # predict byte p + 1 from bytes ..p, one at a time
+                long = lm(t[None, : p + 1])[0, -1].double().log_softmax(-1)[t[p + 1]]
+                short = lm(t[None, n - L : p + 1])[0, -1].double().log_softmax(-1)[t[p + 1]]
+                diffs.append((short - long).item())  # loss(long) - loss(short)
+    assert context_gain(lm, n, L, total) == pytest.approx(np.mean(diffs), abs=2e-6)
 
 
 @pytest.mark.parametrize("m", TARGETS)
@@ -75,6 +107,7 @@ def test_a_seed_writes_every_name_and_the_training_budget_is_the_same_bytes(tmp_
         m = r["target"]
         assert len(r["by_position"]) == BINS
         assert set(r["loss"]) == ({str(L)} if m == 1 else {str(L), str(m * L)})
+        assert ("context_gain" in r) == (m > 1)
         if "+ft" in name:  # the same bytes per step as the text study's rope+ft at 2 L
             assert r["budget"]["rows"] * r["budget"]["length"] == TINY.batch * 2 * L
             assert r["budget"]["length"] == m * L and r["budget"]["steps"] == TINY.finetune_steps

@@ -20,7 +20,8 @@ Each is evaluated as it is and after the same short training at ``T``:
 ``finetune_steps`` AdamW steps at ``finetune_lr`` of ``2 L * batch`` bytes each (the bytes
 per step of the study's ``rope+ft``: ``batch * 2 / m`` rows of ``T``), paired by seed.
 A row holds the loss per byte at ``L`` and at ``T``, the loss by position in the windows
-of ``T`` (:func:`position_loss`, in ``bins`` equal bins) and passkey retrieval at ``T``.
+of ``T`` (:func:`position_loss`, in ``bins`` equal bins), what the text beyond ``L`` is
+worth to the model (:func:`context_gain`) and passkey retrieval at ``T``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from posenc.experiments.train import train
 from posenc.scaling import NTK, DynamicNTK, Linear, Llama3, YaRN
 from posenc.torch import RotaryEmbedding
 
-__all__ = ["TARGETS", "METHODS", "BINS", "extend_names", "position_loss", "run_extend_job"]
+__all__ = ["TARGETS", "METHODS", "BINS", "extend_names", "position_loss", "context_gain",
+           "run_extend_job"]  # fmt: skip
 
 TARGETS = (4, 8)  # target lengths, as multiples of the training length L
 BINS = 32  # the loss by position: equal bins of the target window
@@ -112,6 +114,46 @@ def _rope(config, **kw):  # the study's RoPE, for positions up to the longest ta
     return RotaryEmbedding(config.head_dim, max_len=max(TARGETS) * config.length, **kw)
 
 
+@torch.no_grad()
+def context_gain(lm, n, L, total, *, batch=16) -> float:
+    """How much the text beyond ``L`` bytes helps: the loss on the last ``L / 2`` bytes of each
+    window of ``n`` bytes, minus the loss on the same bytes predicted within a window of
+    ``L`` bytes that ends with them (``L / 2`` to ``L`` bytes of context instead of
+    ``n - L / 2`` to ``n``; mean nats; negative: the longer context is used).
+
+    The two losses are of the same model on the same bytes (the last ``L + 1`` bytes of
+    each window of :func:`~posenc.experiments.text_data.eval_windows` at ``n`` form the
+    window of ``L``), so the difference is the longer context's alone, not the text's.
+
+    Parameters
+    ----------
+    lm : TransformerLM
+        The model.
+    n, L : int
+        The long window and the short one (``L <= n``, both even).
+    total : int
+        Held-out bytes (a multiple of ``n``).
+
+    Returns
+    -------
+    float
+        Nats per byte.
+    """
+    lm.eval()
+    rows, half = eval_windows(corpus("eval"), n, total), L // 2
+    long_nll = short_nll = 0.0
+    for i in range(0, len(rows), batch):
+        t = rows[i : i + batch]  # (b, n + 1)
+        for window, out in ((t, "long"), (t[:, n - L :], "short")):  # (b, n + 1), (b, L + 1)
+            logits = lm(window[:, :-1])[:, -half:]  # (b, L / 2, vocab): the same bytes
+            nll = F.cross_entropy(logits.transpose(1, 2), window[:, -half:], reduction="sum")
+            if out == "long":
+                long_nll += nll.item()
+            else:
+                short_nll += nll.item()
+    return (long_nll - short_nll) / (len(rows) * half)
+
+
 def _extend(lm, config, method, m):
     """``lm``'s weights with RoPE set for the target ``m * L`` by ``method``."""
     rope = _rope(config, **METHODS[method](float(m), config.length, config.raised_base))
@@ -127,6 +169,7 @@ def _measure(lm, config, m):
         "loss": {str(L): perplexity(lm, [L], config.eval_bytes)[L], str(T): float(by_pos.mean())},
         "by_position": by_pos.reshape(BINS, T // BINS).mean(1).tolist(),  # (BINS,)
         "passkey": {str(T): passkey_accuracy(lm, [T], config.trials)[T]},
+        "context_gain": context_gain(lm, T, L, config.eval_bytes),
     }
 
 
@@ -159,7 +202,8 @@ def run_extend_job(encoding, seed, config, progress=None) -> list[dict]:
     list of dict
         One row per name of :func:`extend_names`: ``encoding`` (the name), ``target``
         (``m``, 1 for the trained model), ``loss``, ``by_position`` (``BINS`` means, the
-        trained model's at ``L``), ``passkey``, ``final_loss`` and ``seconds``; the trained
+        trained model's at ``L``), ``passkey``, ``context_gain`` (not for the trained model),
+        ``final_loss`` and ``seconds``; the trained
         ones (``+ft``) their ``budget`` (``steps``, ``rows`` of ``length`` bytes, ``lr``).
     """
     if encoding != "rope":
