@@ -79,14 +79,16 @@ def test_a_repeated_decode_step_is_planned_once_and_gives_the_formula(plans):
     ],
     ids=["none", "nope", "rope", "alibi", "t5", "pope"],
 )
-def test_kept_calls_equal_planned_calls_bit_for_bit(make, grad, seq_q, monkeypatch):
+@pytest.mark.parametrize("heads_k", [H // 2, H], ids=["gqa", "mha"])
+def test_kept_calls_equal_planned_calls_bit_for_bit(make, grad, seq_q, heads_k, monkeypatch):
     torch.manual_seed(0)
     enc = make()
     enc = enc if enc is None else enc.double()
-    q, k, v = _qkv(seq_q, heads_k=H // 2)  # grouped-query attention
+    q, k, v = _qkv(seq_q, heads_k=heads_k)  # grouped-query attention, or not
     with torch.set_grad_enabled(grad):
         first = attend(q, k, v, enc, backend="sdpa")
         again = attend(q, k, v, enc, backend="sdpa")  # kept where it may be
+        monkeypatch.setattr(reuse, "last_call", lambda *a: None)
         monkeypatch.setattr(reuse, "recall", lambda *a: None)  # every call planned
         planned = attend(q, k, v, enc, backend="sdpa")
     assert torch.equal(first, again) and torch.equal(again, planned)

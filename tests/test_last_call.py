@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import posenc
-from posenc.torch import ALiBi, RotaryEmbedding
+from posenc.torch import ALiBi, PoPE, RotaryEmbedding
 from posenc.torch.attention.core import attend
 
 B, H, D, SK = 1, 6, 8, 40  # six heads: slopes that are not powers of two
@@ -130,3 +130,39 @@ def test_encodings_without_a_bias_keep_their_calls_and_rotate_every_call():
         again = attend(q, k, v, rope, backend="sdpa")
         other = attend(q * 2, k, v, rope, backend="sdpa")  # same shapes, other values
     assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+@pytest.mark.parametrize("heads_k", [4, 2], ids=["mha", "gqa"])
+@pytest.mark.parametrize("seq_q", [1, 5, 12])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: None,
+        lambda: RotaryEmbedding(16, max_len=64),
+        lambda: ALiBi(4),
+        lambda: PoPE(16, heads=4),
+    ],  # fmt: skip
+    ids=["none", "rope", "alibi", "pope"],
+)
+def test_a_call_with_sdpas_own_defaults_equals_a_planned_one(make, seq_q, heads_k, monkeypatch):
+    # head width 16: posenc's scale 16 ** -0.5 is SDPA's own 1 / sqrt(16), so a kept call
+    # that needs no causal flag and no GQA passes SDPA its defaults (the shortest call)
+    from posenc.torch.attention import reuse
+    from posenc.torch.attention.core import _NOPE
+
+    enc = make()
+    enc = enc if enc is None else enc.double()
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, seq_q, 16, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, heads_k, 12, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    with torch.no_grad():
+        first = attend(q, k, v, enc, backend="sdpa")
+        again = attend(q, k, v, enc, backend="sdpa")  # the kept call
+        plain = (_NOPE if enc is None else enc).__dict__["_last_call"][-1].plain
+        monkeypatch.setattr(reuse, "last_call", lambda *a: None)
+        monkeypatch.setattr(reuse, "recall", lambda *a: None)
+        planned = attend(q, k, v, enc, backend="sdpa")  # every call planned
+    assert torch.equal(first, again) and torch.equal(again, planned)
+    # causal over all keys: SDPA's flag; grouped heads: its enable_gqa; PoPE: v padded
+    own = (seq_q < 12 or isinstance(enc, ALiBi)) and heads_k == 4 and not isinstance(enc, PoPE)
+    assert plain == own

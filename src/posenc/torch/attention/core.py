@@ -13,7 +13,9 @@ FlexAttention for score biases on CUDA. Shape legend: ``q`` is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +34,21 @@ __all__ = ["attend", "plan", "Step"]
 BACKENDS = ("auto", "sdpa", "flex")
 FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _NOPE = NoPE()  # encoding=None: one stateless instance, not a module built per call
+
+
+class Planned(NamedTuple):
+    """What a call of ``attend`` with default positions planned, kept for the same call
+    again (:mod:`.reuse`): its positions, mask and SDPA arguments."""
+
+    q_pos: range
+    k_pos: range
+    mask: torch.Tensor | None
+    is_causal: bool
+    scale: float
+    gqa: bool  # grouped-query attention: SDPA's enable_gqa
+    wide: bool  # v narrower than the encoded q, k: padded (run._sdpa)
+    plain: bool  # SDPA's defaults are the plan: no causal flag, no GQA, its own scale
+    rotates: bool  # the encoding has a query/key hook
 
 
 @dataclass
@@ -199,8 +216,11 @@ def attend(
             if planned is not None:
                 reuse.keep_last(enc, q, k, v, causal, backend, planned)
         if planned is not None:
-            q_pos, k_pos, mask, is_causal, scale, gqa, wide = planned
-            q, k = enc.encode_qk(q, k, q_pos, k_pos)
+            q_pos, k_pos, mask, is_causal, scale, gqa, wide, plain, rotates = planned
+            if rotates:  # the encoding has a query/key hook
+                q, k = enc.encode_qk(q, k, q_pos, k_pos)
+            if plain:  # SDPA's defaults are the plan: the fewest arguments to parse
+                return F.scaled_dot_product_attention(q, k, v, mask)  # (b, heads, seq_q, v_dim)
             if wide:  # v padded to the encoded width
                 return _sdpa(q, k, v, mask, is_causal, scale, gqa)
             return F.scaled_dot_product_attention(
@@ -254,7 +274,11 @@ def attend(
         out = _run(q, k, v, step, scale)
         if known is not None and _keepable(step, q_pos, k_pos):
             gqa, wide = q.shape[1] != k.shape[1], q.shape[-1] > v.shape[-1]
-            planned = (q_pos, k_pos, step.mask, step.is_causal, scale, gqa, wide)
+            # SDPA's own scale is 1 / sqrt(width) in double precision: the same number or not
+            plain = not (step.is_causal or gqa or wide) and scale == 1.0 / math.sqrt(q.shape[-1])
+            rotates = "qk" in enc.places  # an encoding without that hook is not called
+            planned = Planned(q_pos, k_pos, step.mask, step.is_causal, scale, gqa, wide, plain,
+                              rotates)  # fmt: skip
             reuse.remember(enc, known, planned)
             reuse.keep_last(enc, q_in, k_in, v, causal, backend, planned)
         return out
