@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LEARNED", "Comparison", "per_seed", "learned_seeds", "paired", "beats", "t_quantile"]
+__all__ = ["LEARNED", "Comparison", "per_seed", "learned_seeds", "paired", "beats", "t_quantile",
+           "interval"]  # fmt: skip
 
 LEARNED = 0.9  # a seed with in-distribution exact match below this did not learn the task
 
@@ -58,6 +59,31 @@ def t_quantile(df: int) -> float:
         return _T975[df - 1]
     z = 1.959963984540054
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def interval(values) -> tuple[float, float, float]:
+    """Mean and 95 % t-interval of values, one per seed (``nan`` bounds for fewer than two).
+
+    Parameters
+    ----------
+    values : sequence of float
+        One value per seed (a paired difference, or a quantity tested against zero).
+
+    Returns
+    -------
+    mean, low, high : float
+
+    Examples
+    --------
+    >>> [round(v, 3) for v in interval([0.4, 0.3, 0.3])]
+    [0.333, 0.19, 0.477]
+    """
+    d = np.asarray(values, dtype=np.float64)  # (seeds,)
+    mean = float(d.mean()) if len(d) else math.nan
+    if len(d) < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return mean, mean - half, mean + half
 
 
 def per_seed(rows, task, encoding, size, metric="exact") -> dict:
@@ -236,13 +262,9 @@ def paired(rows, task, a, b, size, metric="exact", *, learned_only=True) -> Comp
         seeds = [s for s in seeds if s in both]
     dropped = tuple(sorted((set(xa) | set(xb)) - set(seeds)))
     d = np.array([xa[s] - xb[s] for s in seeds], dtype=np.float64)  # (seeds,)
-    mean = float(d.mean()) if len(d) else math.nan
-    if len(d) >= 2:
-        half = t_quantile(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
-    else:
-        half = math.nan
+    mean, low, high = interval(d)
     return Comparison(task=task, a=a, b=b, size=int(size), metric=metric, seeds=tuple(seeds),
-                      diffs=tuple(d.tolist()), mean=mean, low=mean - half, high=mean + half,
+                      diffs=tuple(d.tolist()), mean=mean, low=low, high=high,
                       wins=int((d > 0).sum()), losses=int((d < 0).sum()),
                       ties=int((d == 0).sum()), dropped=dropped)  # fmt: skip
 
