@@ -110,6 +110,7 @@ numpydoc_xref_aliases = {
     "TransformerLM": "posenc.torch.TransformerLM",
     "Task": "posenc.experiments.Task",
     "Job": "posenc.experiments.Job",
+    "TextConfig": "posenc.experiments.text_study.TextConfig",
 }
 numpydoc_xref_ignore = {"of", "or", "optional", "default", "shape", "array_like"}
 numpydoc_validation_checks = {"PR01", "PR02", "PR10", "RT02"}

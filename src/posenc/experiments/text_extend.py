@@ -80,9 +80,9 @@ def position_loss(lm, n, total, *, batch=16) -> np.ndarray:
     """Mean loss (nats) of the byte predicted at each position of windows of ``n`` bytes.
 
     The first ``total`` held-out bytes are cut into windows of ``n``
-    (:func:`~posenc.experiments.text_data.eval_windows`); entry ``p`` is the mean loss of
+    (``text_data.eval_windows``); entry ``p`` is the mean loss of
     predicting byte ``p + 1`` of a window from bytes ``0 .. p``. Its mean is the loss per
-    byte of :func:`~posenc.experiments.text_study.perplexity` at ``n``.
+    byte of ``text_study.perplexity`` at ``n``.
 
     Parameters
     ----------
@@ -122,7 +122,7 @@ def context_gain(lm, n, L, total, *, batch=16) -> float:
     ``n - L / 2`` to ``n``; mean nats; negative: the longer context is used).
 
     The two losses are of the same model on the same bytes (the last ``L + 1`` bytes of
-    each window of :func:`~posenc.experiments.text_data.eval_windows` at ``n`` form the
+    each window of ``text_data.eval_windows`` at ``n`` form the
     window of ``L``), so the difference is the longer context's alone, not the text's.
 
     Parameters
@@ -133,6 +133,8 @@ def context_gain(lm, n, L, total, *, batch=16) -> float:
         The long window and the short one (``L <= n``, both even).
     total : int
         Held-out bytes (a multiple of ``n``).
+    batch : int
+        Windows per forward pass.
 
     Returns
     -------
@@ -200,7 +202,7 @@ def run_extend_job(encoding, seed, config, progress=None) -> list[dict]:
     Returns
     -------
     list of dict
-        One row per name of :func:`extend_names`: ``encoding`` (the name), ``target``
+        One row per name of ``extend_names()``: ``encoding`` (the name), ``target``
         (``m``, 1 for the trained model), ``loss``, ``by_position`` (``BINS`` means, the
         trained model's at ``L``), ``passkey``, ``context_gain`` (not for the trained model),
         ``final_loss`` and ``seconds``; the trained

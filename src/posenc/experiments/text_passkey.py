@@ -85,7 +85,21 @@ def make_hf_llama(config):
 @torch.no_grad()
 def digit_loss(lm, n, trials) -> tuple[float, float]:
     """Mean loss (nats) on the five digits of ``trials`` held-out passkey rows of ``n`` bytes,
-    and the fraction of rows whose five digits are all predicted (teacher forced)."""
+    and the fraction of rows whose five digits are all predicted (teacher forced).
+
+    Parameters
+    ----------
+    lm : torch.nn.Module
+        Token ids ``(batch, seq)`` to logits ``(batch, seq, 256)``; left in its mode.
+    n : int
+        Row length in bytes.
+    trials : int
+        Rows (the rows of ``text_study.passkey_accuracy``).
+
+    Returns
+    -------
+    loss, right : float
+    """
     was = lm.training
     lm.eval()
     x, y = passkey_batch(corpus("eval"), n, trials, EVAL_SEED + n)  # (trials, n)
@@ -104,6 +118,20 @@ def copy_attention(lm, n, trials) -> list[list[float]]:
     The weights are the model's own: each layer's queries and keys (captured from its
     projection) go through :func:`~posenc.torch.attend` with the layer's encoding and an
     identity matrix as the values, so the output *is* the attention matrix.
+
+    Parameters
+    ----------
+    lm : TransformerLM
+        The model.
+    n : int
+        Row length in bytes.
+    trials : int
+        Held-out passkey rows.
+
+    Returns
+    -------
+    list of list of float
+        ``(depth, heads)``.
     """
     from posenc.torch import attend
 
@@ -139,6 +167,17 @@ def copy_attention(lm, n, trials) -> list[list[float]]:
 
 def run_passkey_job(name, seed, config, progress=None) -> list[dict]:
     """Train ``name`` (``"<encoding>@<m>x"``) with ``seed`` for ``m`` times the steps; one row.
+
+    Parameters
+    ----------
+    name : str
+        From ``passkey_jobs``.
+    seed : int
+        Seeds the weights and the data, as in the text study.
+    config : TextConfig
+        The text study's config (``steps`` is multiplied by ``m``).
+    progress : callable, optional
+        Called as ``progress(step, loss)`` after every step.
 
     Returns
     -------
