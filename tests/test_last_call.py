@@ -5,6 +5,7 @@ comparison it names is taken out of ``last_call`` (seen failing, one by one)."""
 import copy
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -166,3 +167,70 @@ def test_a_call_with_sdpas_own_defaults_equals_a_planned_one(make, seq_q, heads_
     # causal over all keys: SDPA's flag; grouped heads: its enable_gqa; PoPE: v padded
     own = (seq_q < 12 or isinstance(enc, ALiBi)) and heads_k == 4 and not isinstance(enc, PoPE)
     assert plain == own
+
+
+def test_a_query_key_hook_set_on_the_instance_runs_on_every_kept_call():
+    # places is read from the class: a hook patched onto one instance (or a wrapper whose
+    # own encode_qk its places do not show) must still run on the kept calls
+    alibi, (q, k, v) = ALiBi(H).double(), _qkv(torch.float64)
+    _kept(alibi, q, k, v)
+    alibi.encode_qk = lambda q, k, qp, kp, **kw: (2 * q, k)
+    with torch.no_grad():
+        outs = [attend(q, k, v, alibi, backend="sdpa") for _ in range(2)]
+    want = _ref(2 * q, k, v, posenc.alibi_slopes(H))
+    for out in outs:
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_table_written_while_a_call_runs_is_not_kept_as_the_old_state(monkeypatch):
+    # another thread's in-place write after this call built its mask: the state kept with
+    # the call is the one read before planning, so the next call sees the write
+    from posenc.torch.attention import core
+
+    alibi, (q, k, v) = ALiBi(H).double(), _qkv(torch.float64)
+    run, done = core._run, []
+
+    def run_then_write(*args, **kwargs):
+        out = run(*args, **kwargs)
+        if not done:
+            done.append(True)
+            with torch.no_grad():
+                alibi.slopes.mul_(4)
+        return out
+
+    monkeypatch.setattr(core, "_run", run_then_write)
+    with torch.no_grad():
+        attend(q, k, v, alibi, backend="sdpa")  # planned with the old slopes
+        out = attend(q, k, v, alibi, backend="sdpa")
+    want = _ref(q, k, v, 4 * torch.as_tensor(posenc.alibi_slopes(H)))
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_deleted_setting_is_a_change():
+    from posenc.torch import NoPE, SoftmaxFactor
+
+    class Scaled(SoftmaxFactor):
+        factor = 1.0  # the class default a deleted instance value falls back to
+
+    enc, (q, k, v) = Scaled(NoPE(), factor=3.0).double(), _qkv(torch.float64)
+    with torch.no_grad():
+        attend(q, k, v, enc, backend="sdpa")
+        attend(q, k, v, enc, backend="sdpa")
+        del enc.factor
+        out = attend(q, k, v, enc, backend="sdpa")
+    torch.testing.assert_close(out, _ref(q, k, v, [0.0] * H), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [np.array(True), torch.tensor(True)], ids=["array", "tensor"])
+def test_a_causal_flag_that_is_an_array_or_a_tensor_is_planned_every_call(causal):
+    q, k, v = _two_queries()
+    with torch.no_grad():
+        first = attend(q, k, v, causal=causal, backend="sdpa")
+        if isinstance(causal, torch.Tensor):
+            causal.fill_(False)  # flipped in place: the next call is not causal
+        again = attend(q, k, v, causal=causal, backend="sdpa")
+        want = attend(q, k, v, causal=bool(causal), backend="sdpa")
+    assert torch.equal(again, want)
+    assert first.shape == again.shape
+    with pytest.raises(ValueError, match="backend must be one of"):
+        attend(q, k, v, backend=["sdpa"])

@@ -48,7 +48,6 @@ class Planned(NamedTuple):
     gqa: bool  # grouped-query attention: SDPA's enable_gqa
     wide: bool  # v narrower than the encoded q, k: padded (run._sdpa)
     plain: bool  # SDPA's defaults are the plan: no causal flag, no GQA, its own scale
-    rotates: bool  # the encoding has a query/key hook
 
 
 @dataclass
@@ -203,8 +202,8 @@ def attend(
     >>> attend(q, k, v, RotaryEmbedding(8, max_len=16)).shape
     torch.Size([1, 4, 6, 8])
     """
-    known, q_in, k_in = None, q, k  # default positions: a call planned before goes straight to
-    # the kernel (keyed by the q and k given, not the encoded ones)
+    known, snap, q_in, k_in = None, None, q, k  # default positions: a call planned before
+    # goes straight to the kernel (keyed by the q and k given, not the encoded ones)
     if (q_positions is None and k_positions is None and padding_mask is None and window is None
             and chunk is None and documents is None and not torch.compiler.is_compiling()
             and isinstance(encoding, (PositionalEncoding, type(None)))):  # fmt: skip
@@ -212,13 +211,13 @@ def attend(
         planned = reuse.last_call(enc, q, k, v, causal, backend)  # the same call again
         if planned is None:
             known = reuse.call_key(enc, q, k, v, causal, backend)
+            snap = reuse.snapshot(enc) if known is not None else None  # before planning
             planned = reuse.recall(enc, known)
             if planned is not None:
-                reuse.keep_last(enc, q, k, v, causal, backend, planned)
+                reuse.keep_last(enc, q, k, v, causal, backend, planned, snap)
         if planned is not None:
-            q_pos, k_pos, mask, is_causal, scale, gqa, wide, plain, rotates = planned
-            if rotates:  # the encoding has a query/key hook
-                q, k = enc.encode_qk(q, k, q_pos, k_pos)
+            q_pos, k_pos, mask, is_causal, scale, gqa, wide, plain = planned
+            q, k = enc.encode_qk(q, k, q_pos, k_pos)
             if plain:  # SDPA's defaults are the plan: the fewest arguments to parse
                 return F.scaled_dot_product_attention(q, k, v, mask)  # (b, heads, seq_q, v_dim)
             if wide:  # v padded to the encoded width
@@ -276,11 +275,9 @@ def attend(
             gqa, wide = q.shape[1] != k.shape[1], q.shape[-1] > v.shape[-1]
             # SDPA's own scale is 1 / sqrt(width) in double precision: the same number or not
             plain = not (step.is_causal or gqa or wide) and scale == 1.0 / math.sqrt(q.shape[-1])
-            rotates = "qk" in enc.places  # an encoding without that hook is not called
-            planned = Planned(q_pos, k_pos, step.mask, step.is_causal, scale, gqa, wide, plain,
-                              rotates)  # fmt: skip
+            planned = Planned(q_pos, k_pos, step.mask, step.is_causal, scale, gqa, wide, plain)
             reuse.remember(enc, known, planned)
-            reuse.keep_last(enc, q_in, k_in, v, causal, backend, planned)
+            reuse.keep_last(enc, q_in, k_in, v, causal, backend, planned, snap)
         return out
     finally:
         release(step)

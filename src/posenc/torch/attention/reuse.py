@@ -23,7 +23,7 @@ import weakref
 import torch
 
 __all__ = ["state", "key", "get", "put", "call_key", "recall", "remember", "last_call",
-           "keep_last"]  # fmt: skip
+           "snapshot", "keep_last"]  # fmt: skip
 
 MAX_ELEMENTS = 1 << 20  # 4 MiB of float32: larger masks cost little next to their attention
 MAX_ENTRIES = 8  # per encoding, the oldest evicted first
@@ -142,8 +142,8 @@ def _faking() -> bool:
 def call_key(encoding, q, k, v, causal, backend):
     """The key of one ``attend`` call with default positions, or ``None`` (not kept, and
     nothing kept served: inside a fake mode)."""
-    if _faking():
-        return None
+    if _faking() or type(causal) is not bool or type(backend) is not str:
+        return None  # a causal flag that is a tensor or an array: planned (and checked) anew
     token = state(encoding, "scores" in encoding.places)
     if token is None:  # planned on every call (see state)
         return None
@@ -200,15 +200,23 @@ def _tables(encoding):
     return tuple(out)
 
 
-def keep_last(encoding, q, k, v, causal, backend, planned):
-    """Keep ``planned`` as the last call of ``encoding`` (a leaf whose plan may be kept)."""
+def snapshot(encoding):
+    """The state a call is planned from, taken *before* it is planned (a write while it runs,
+    from another thread, then shows as a change): ``(tables, settings count, work dtype,
+    inference mode)``, or ``None`` where the call may not be kept (see :func:`_tables`)."""
     tables = _tables(encoding)
     if tables is None:
-        return
+        return None
     d = encoding.__dict__
-    d["_last_call"] = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, causal,
-                       backend, tables, d.get("_settings_version", 0), d.get("_work"),
-                       torch.is_inference_mode_enabled(), planned)  # fmt: skip
+    return tables, d.get("_settings_version", 0), d.get("_work"), torch.is_inference_mode_enabled()
+
+
+def keep_last(encoding, q, k, v, causal, backend, planned, snap):
+    """Keep ``planned``, planned from the state ``snap`` (:func:`snapshot`), as the last call
+    of ``encoding``."""
+    if snap is not None:
+        encoding.__dict__["_last_call"] = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype,
+                                           q.device, causal, backend, *snap, planned)  # fmt: skip
 
 
 def last_call(encoding, q, k, v, causal, backend):

@@ -210,6 +210,14 @@ class PositionalEncoding(DerivedState):
         # (posenc.torch.attention.reuse) knows it may have changed without reading every
         # attribute on every call
         super().__setattr__(name, value)
+        self._count_setting()
+
+    def __delattr__(self, name):
+        # a deleted attribute may fall back to a class default: a change like any set
+        super().__delattr__(name)
+        self._count_setting()
+
+    def _count_setting(self):
         self.__dict__["_settings_version"] = self.__dict__.get("_settings_version", 0) + 1
 
     def __getstate__(self):
