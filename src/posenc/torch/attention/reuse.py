@@ -219,6 +219,9 @@ def keep_last(encoding, q, k, v, causal, backend, planned, snap):
                                            q.device, causal, backend, *snap, planned)  # fmt: skip
 
 
+_Tensor, _inference = torch.Tensor, torch.is_inference_mode_enabled  # looked up once, not per call
+
+
 def last_call(encoding, q, k, v, causal, backend):
     """What ``attend`` planned for the last call of ``encoding`` if this one is the same call
     (plain tensors of the same shapes, dtypes and device, the same arguments, inference
@@ -229,22 +232,20 @@ def last_call(encoding, q, k, v, causal, backend):
         return None
     qs, ks, vs, qt, kt, vt, dev, causal_, backend_, tables, settings, work, infer, planned = slot
     if not (  # a fake or other subclass q (k, v: SDPA refuses to mix them with a plain q)
-        type(q) is torch.Tensor
+        type(q) is _Tensor
         and q.shape == qs and k.shape == ks and v.shape == vs
         and q.dtype is qt and k.dtype is kt and v.dtype is vt
         and causal is causal_ and backend == backend_ and q.device == dev
         and d.get("_settings_version", 0) == settings and d.get("_work") is work
-        and torch.is_inference_mode_enabled() is infer
+        and _inference() is infer
     ):  # fmt: skip
         return None
     if tables:
         buffers = d["_buffers"]
         if len(buffers) != len(tables):
             return None
-        for t, (kept, address, version) in zip(buffers.values(), tables, strict=False):
-            if t is not kept:
-                return None
-            if t is not None and (t.requires_grad or t._version != version
-                                  or t.data_ptr() != address):  # fmt: skip
+        for t, (kept, address, version) in zip(buffers.values(), tables):  # noqa: B905 (len)
+            if t is not kept or (t is not None and (t.requires_grad or t._version != version
+                                                    or t.data_ptr() != address)):  # fmt: skip
                 return None
     return planned
