@@ -60,8 +60,8 @@ def test_a_model_that_sees_a_fixed_window_gains_nothing_from_a_longer_context():
 def test_the_context_gain_is_the_loss_of_each_byte_from_its_long_and_its_short_context():
     from posenc.experiments.text_data import corpus, eval_windows
 
-    lm, n, L, total = _model(), 64, 16, 256
-    rows = eval_windows(corpus("eval"), n, total)  # (4, n + 1)
+    lm, n, L, total = _model(replace(TINY, depth=1)), 64, 16, 128
+    rows = eval_windows(corpus("eval"), n, total)  # (2, n + 1)
     diffs = []
     with torch.no_grad():
         for t in rows:
@@ -96,8 +96,8 @@ def test_each_method_is_set_for_the_target(m):
 
 
 def test_a_seed_writes_every_name_and_the_training_budget_is_the_same_bytes(tmp_path):
-    out = tmp_path / "extend.jsonl"
-    rows = run_text(text_jobs(["rope"], [0]), TINY, out, processes=1, progress=False,
+    out, config = tmp_path / "extend.jsonl", replace(TINY, depth=1)  # one layer: fast
+    rows = run_text(text_jobs(["rope"], [0]), config, out, processes=1, progress=False,
                     study="extend")  # fmt: skip
     got = {r["encoding"]: r for r in rows}
     assert sorted(got) == sorted(extend_names()) and len(got) == 1 + 2 * len(METHODS) * len(TARGETS)
@@ -109,8 +109,8 @@ def test_a_seed_writes_every_name_and_the_training_budget_is_the_same_bytes(tmp_
         assert set(r["loss"]) == ({str(L)} if m == 1 else {str(L), str(m * L)})
         assert ("context_gain" in r) == (m > 1)
         if "+ft" in name:  # the same bytes per step as the text study's rope+ft at 2 L
-            assert r["budget"]["rows"] * r["budget"]["length"] == TINY.batch * 2 * L
-            assert r["budget"]["length"] == m * L and r["budget"]["steps"] == TINY.finetune_steps
+            assert r["budget"]["rows"] * r["budget"]["length"] == config.batch * 2 * L
+            assert r["budget"]["length"] == m * L and r["budget"]["steps"] == config.finetune_steps
         else:
             assert "budget" not in r
         if m > 1:  # the bins average to the loss at the target
@@ -120,7 +120,7 @@ def test_a_seed_writes_every_name_and_the_training_budget_is_the_same_bytes(tmp_
             assert got[f"{name}@{m}"]["loss"][str(L)] == pytest.approx(got["rope"]["loss"][str(L)])
         assert got[f"pi@{m}"]["loss"][str(L)] != pytest.approx(got["rope"]["loss"][str(L)])
     before = out.read_text()
-    run_text(text_jobs(["rope"], [0]), TINY, out, processes=1, progress=False, study="extend")
+    run_text(text_jobs(["rope"], [0]), config, out, processes=1, progress=False, study="extend")
     assert out.read_text() == before  # resumed: nothing ran again
 
 
@@ -142,7 +142,7 @@ def test_the_command_line_runs_the_study_for_rope_only(tmp_path, capsys):
     out = tmp_path / "x.jsonl"
     args = ["text", "--study", "extend", "--seeds", "0", "--jobs", "1", "--no-progress",
             "--out", str(out), "--steps", "2", "--finetune-steps", "1", "--length", "64",
-            "--dim", "64", "--heads", "1", "--eval-bytes", "1024", "--trials", "2",
+            "--dim", "64", "--heads", "1", "--depth", "1", "--eval-bytes", "1024", "--trials", "2",
             "--multiples", "1", "2"]  # fmt: skip
     assert main(args) == 0
     assert len(out.read_text().splitlines()) == len(extend_names())
