@@ -98,7 +98,10 @@ def digit_loss(lm, n, trials) -> tuple[float, float]:
 
     Returns
     -------
-    loss, right : float
+    loss : float
+        Mean loss on the digits (nats).
+    right : float
+        Fraction of rows whose five digits are all predicted.
     """
     was = lm.training
     lm.eval()
