@@ -260,7 +260,7 @@ def _unexecuted_notebook(app, docname, out_dir):
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
                  "packing.json", "gpu.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
-                 "text_study.jsonl"]  # fmt: skip
+                 "text_study.jsonl", "text_extend.jsonl"]  # fmt: skip
 
 
 def _copy_bench_results(app, config):
