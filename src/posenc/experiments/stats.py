@@ -62,16 +62,8 @@ def t_quantile(df: int) -> float:
 
 
 def interval(values) -> tuple[float, float, float]:
-    """Mean and 95 % t-interval of values, one per seed (``nan`` bounds for fewer than two).
-
-    Parameters
-    ----------
-    values : sequence of float
-        One value per seed (a paired difference, or a quantity tested against zero).
-
-    Returns
-    -------
-    mean, low, high : float
+    """``(mean, low, high)``: the mean and 95 % t-interval of ``values`` (sequence of float),
+    one per seed; ``nan`` bounds for fewer than two.
 
     Examples
     --------
