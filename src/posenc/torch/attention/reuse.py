@@ -57,20 +57,31 @@ def state(encoding, scores=True):
         if scores and d["_parameters"]:
             return None
         tensors = d["_buffers"].values() if scores else ()
-    kept, grad = [], torch.is_grad_enabled()
-    for t in tensors:  # derived tables (ALiBi's slopes): replaced, moved or written in place
-        if t is None:  # a registered None (no bias, say)
+    versions = _versions(tensors, torch.is_grad_enabled())
+    if versions is None:
+        return None
+    kept = tuple((id(t), address, version, t.device, t.dtype)
+                 for t, address, version in versions if t is not None)  # fmt: skip
+    return kept, settings, torch.is_inference_mode_enabled()
+
+
+def _versions(tensors, grad):
+    """``[(table, address, version), ...]`` of derived tables (ALiBi's slopes: replaced,
+    moved or written in place; ``(None, 0, 0)`` for a registered None), or ``None`` where
+    none may be keyed: a table that requires grad while ``grad`` (the bias would belong to
+    the call's graph), a ``torch.func``-wrapped one, an inference tensor (no version)."""
+    out = []
+    for t in tensors:
+        if t is None:
+            out.append((None, 0, 0))
             continue
-        if t.requires_grad and grad:
-            return None  # the bias would belong to this call's graph
-        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+        if (t.requires_grad and grad) or torch._C._functorch.is_functorch_wrapped_tensor(t):
             return None
         try:
-            version = t._version
+            out.append((t, t.data_ptr(), t._version))
         except RuntimeError:  # an inference tensor (torch.inference_mode) has no version
             return None
-        kept.append((id(t), t.data_ptr(), version, t.device, t.dtype))
-    return tuple(kept), settings, torch.is_inference_mode_enabled()
+    return out
 
 
 def key(encoding, q_positions, k_positions, causal, heads, dtype, device, limits):
@@ -186,18 +197,8 @@ def _tables(encoding):
         return ()
     if not encoding.reuses_masks or d["_parameters"]:
         return None
-    out = []
-    for t in d["_buffers"].values():
-        if t is None:
-            out.append((None, 0, 0))
-            continue
-        if t.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(t):
-            return None
-        try:
-            out.append((t, t.data_ptr(), t._version))
-        except RuntimeError:  # an inference tensor has no version counter
-            return None
-    return tuple(out)
+    versions = _versions(d["_buffers"].values(), grad=True)  # kept for grad mode too
+    return None if versions is None else tuple(versions)
 
 
 def snapshot(encoding):
