@@ -10,7 +10,6 @@ import torch
 import posenc
 from posenc.experiments.text_data import DIGITS, NEEDLE, corpus, passkey_batch
 from posenc.experiments.text_passkey import (
-    EVAL_SEED,
     copy_attention,
     digit_loss,
     make_hf_llama,
@@ -18,7 +17,12 @@ from posenc.experiments.text_passkey import (
     run_passkey_job,
 )
 from posenc.experiments.text_run import quick_text_config, run_text
-from posenc.experiments.text_study import TextConfig, make_text_model, passkey_accuracy
+from posenc.experiments.text_study import (
+    PASSKEY_SEED,
+    TextConfig,
+    make_text_model,
+    passkey_accuracy,
+)
 from posenc.torch import ALiBi
 
 pytest.importorskip("transformers")
@@ -34,7 +38,7 @@ def test_copy_attention_is_the_softmax_weight_on_the_digit_to_copy():
     n, trials = config.length, 3
     got = copy_attention(lm, n, trials)
     # float64 by hand: each layer's input, projections, scores + ALiBi's -m (i - j), softmax
-    x, y = passkey_batch(corpus("eval"), n, trials, EVAL_SEED + n)
+    x, y = passkey_batch(corpus("eval"), n, trials, PASSKEY_SEED + n)
     first = [bytes(r).index(NEEDLE + bytes(t[-DIGITS:])) + len(NEEDLE)
              for r, t in zip(x.tolist(), y.tolist(), strict=True)]  # fmt: skip
     lm64 = lm.double()
@@ -68,7 +72,7 @@ def test_the_digit_loss_is_the_cross_entropy_of_the_five_digits():
     torch.manual_seed(0)
     lm = make_text_model(ALiBi(1), TINY)
     loss, right = digit_loss(lm, 64, 4)
-    x, y = passkey_batch(corpus("eval"), 64, 4, EVAL_SEED + 64)
+    x, y = passkey_batch(corpus("eval"), 64, 4, PASSKEY_SEED + 64)
     with torch.no_grad():
         logp = lm(x)[:, -DIGITS:].double().log_softmax(-1)  # (4, 5, 256)
     want = -logp.gather(-1, y[:, -DIGITS:, None]).mean().item()

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from posenc.experiments.text_data import DIGITS, NEEDLE, VOCAB, corpus, passkey_batch
 from posenc.experiments.text_study import (
+    PASSKEY_SEED,
     TEXT_ENCODINGS,
     _evaluate,
     _Text,
@@ -39,7 +40,6 @@ PASSKEY_ENCODINGS = ("rope", "alibi", "nope", "hf_llama")  # hf_llama: 1x only
 MULTIPLES = (1, 2, 4)  # training steps, as multiples of the study's
 PASSKEY_SEEDS = (0, 1, 2)
 TRACE_POINTS = 24  # digit loss measured this many times during a run
-EVAL_SEED = 20_000  # the passkey rows of passkey_accuracy (seed + length)
 
 
 def passkey_jobs(seeds) -> list[tuple]:
@@ -105,7 +105,7 @@ def digit_loss(lm, n, trials) -> tuple[float, float]:
     """
     was = lm.training
     lm.eval()
-    x, y = passkey_batch(corpus("eval"), n, trials, EVAL_SEED + n)  # (trials, n)
+    x, y = passkey_batch(corpus("eval"), n, trials, PASSKEY_SEED + n)  # (trials, n)
     logits = lm(x)[:, -DIGITS:]  # (trials, DIGITS, vocab)
     loss = F.cross_entropy(logits.flatten(0, 1), y[:, -DIGITS:].flatten()).item()
     right = (logits.argmax(-1) == y[:, -DIGITS:]).all(1).float().mean().item()
@@ -139,7 +139,7 @@ def copy_attention(lm, n, trials) -> list[list[float]]:
     from posenc.torch import attend
 
     lm.eval()
-    x, y = passkey_batch(corpus("eval"), n, trials, EVAL_SEED + n)  # (trials, n)
+    x, y = passkey_batch(corpus("eval"), n, trials, PASSKEY_SEED + n)  # (trials, n)
     first = []  # index in x of each row's hidden first digit
     for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
         key = bytes(row_y[-DIGITS:])

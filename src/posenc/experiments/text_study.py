@@ -38,7 +38,7 @@ from posenc.torch import (
 )
 
 __all__ = ["TextConfig", "TEXT_ENCODINGS", "EXTENSIONS", "make_text_model", "perplexity",
-           "passkey_accuracy", "run_text_job", "result_names"]  # fmt: skip
+           "passkey_accuracy", "PASSKEY_SEED", "run_text_job", "result_names"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -196,8 +196,11 @@ def perplexity(lm, lengths, total, *, batch=16) -> dict:
     return out
 
 
+PASSKEY_SEED = 20_000  # the held-out passkey rows at length n come from seed PASSKEY_SEED + n
+
+
 @torch.no_grad()
-def passkey_accuracy(lm, lengths, trials, *, seed=20_000, batch=16) -> dict:
+def passkey_accuracy(lm, lengths, trials, *, seed=PASSKEY_SEED, batch=16) -> dict:
     """Fraction of passkeys whose five digits are all predicted (teacher forced), per length."""
     lm.eval()
     out = {}
