@@ -17,6 +17,7 @@ whole greedy loops); every compiled configuration runs in a fresh process:
   default, picks for score biases on CUDA), one encoding and shape per process, beside a
   hand-written ``torch.compile(flex_attention)`` with an ALiBi ``score_mod`` and a causal
   block mask built once (the issue's reference);
+* ``alibi_flex``: the ALiBi rows of ``attention_flex`` alone (issue 39's comparison);
 * ``end_to_end``: a GPT-2-small-sized ``TransformerLM`` (12 layers, width 768, 12 heads,
   8 x 1024 tokens) with ALiBi over the same model with NoPE, default backend, per AdamW
   training step and per inference forward, each timed over at least a second;
@@ -132,10 +133,10 @@ def attention_sdpa_section(dev, smoke):
     return rows
 
 
-def attention_flex_section(dev, smoke):
+def attention_flex_section(dev, smoke, names=("hand-written ALiBi", *ENCODINGS)):
     rows = []
     for shape in SMOKE["attn"] if smoke else ATTN_SHAPES:
-        for name in ["hand-written ALiBi", *ENCODINGS]:
+        for name in names:
             rows.append(fresh(__file__, {"kind": "flex", "shape": list(shape), "encoding": name,
                                          "smoke": smoke}))  # fmt: skip
     return rows
@@ -315,6 +316,8 @@ SECTIONS = [
             attention_sdpa_section),
     Section("attention_flex", "score biases through FlexAttention, a process each", 7.0,
             attention_flex_section),
+    Section("alibi_flex", "ALiBi through FlexAttention and by hand, a process each", 2.0,
+            lambda dev, smoke: attention_flex_section(dev, smoke, ("hand-written ALiBi", "ALiBi"))),
     Section("end_to_end", "a GPT-2-small LM, ALiBi over NoPE", 3.0, end_to_end_section),
     Section("decode", "greedy decoding, eager posenc and HF generate", 3.0, decode_section),
     Section("decode_compiled", "compiled decoding over the static cache, a process each",

@@ -12,8 +12,10 @@ one thread:
   SDPA given a bias row built once beforehand (the floor: no host work for position at all).
 
 Each without grad (inference) and with q, k, v requiring grad (a training step's forward).
+With ``--device cuda`` the same calls on GPU tensors: each round ends with a synchronize, and
+the kernels' launches count as host work (as they do in a host-bound step).
 
-    python benchmarks/bench_host.py [--out benchmarks/results/host.json]
+    python benchmarks/bench_host.py [--out benchmarks/results/host.json] [--device cuda]
 """
 
 from __future__ import annotations
@@ -37,10 +39,17 @@ TARGETS = {  # the ratio each row must stay under (issue "Lean hot paths")
 }  # fmt: skip
 
 
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def _per_call_us(fn, calls):
+    _sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn()
+    _sync()
     return (time.perf_counter() - start) / calls * 1e6
 
 
@@ -55,14 +64,14 @@ def ratio(ours, peer, *, calls=400, rounds=15):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def rope_pair(grad):
+def rope_pair(grad, dev):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
     config = LlamaConfig(hidden_size=H * D, num_attention_heads=H, max_position_embeddings=4096)
-    hf, rope = LlamaRotaryEmbedding(config), RotaryEmbedding(D, max_len=4096)
-    q, k = (torch.randn(1, H, 1, D, requires_grad=grad) for _ in range(2))  # (b, h, 1, d)
-    pos = torch.tensor([[100]])  # (b, 1): the decode step's position
+    hf, rope = LlamaRotaryEmbedding(config).to(dev), RotaryEmbedding(D, max_len=4096).to(dev)
+    q, k = (torch.randn(1, H, 1, D, device=dev, requires_grad=grad) for _ in range(2))
+    pos = torch.tensor([[100]], device=dev)  # (b, 1): the decode step's position; q, k (b, h, 1, d)
 
     def peer():
         cos, sin = hf(q, pos)  # (b, 1, d) each
@@ -71,10 +80,10 @@ def rope_pair(grad):
     return lambda: rope.encode_qk(q, k, pos, pos), peer
 
 
-def alibi_pair(grad):
-    alibi = ALiBi(H)
-    q = torch.randn(1, H, 1, D, requires_grad=grad)  # one query
-    k, v = (torch.randn(1, H, KEYS, D, requires_grad=grad) for _ in range(2))  # (b, h, 64, d)
+def alibi_pair(grad, dev):
+    alibi = ALiBi(H).to(dev)
+    q = torch.randn(1, H, 1, D, device=dev, requires_grad=grad)  # one query
+    k, v = (torch.randn(1, H, KEYS, D, device=dev, requires_grad=grad) for _ in range(2))
     bias = alibi.score_bias(range(KEYS - 1, KEYS), range(KEYS)).detach()  # (1, h, 1, 64), once
 
     def peer():
@@ -86,6 +95,7 @@ def alibi_pair(grad):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/host.json")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for GPU tensors")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -93,7 +103,7 @@ def main():
     for name, make in (("rope", rope_pair), ("alibi sdpa", alibi_pair)):
         for grad in (False, True):
             label = f"{name}, {'grad' if grad else 'no grad'}"
-            ours, peer = make(grad)
+            ours, peer = make(grad, args.device)
             with torch.set_grad_enabled(grad):
                 us = ratio(ours, peer)
             row = {"case": label, "posenc_us": round(us["ours"], 1),
@@ -104,6 +114,7 @@ def main():
             print(f"{label:22s} posenc {row['posenc_us']:7.1f} us  peer {row['peer_us']:7.1f} us"
                   f"  {row['ratio']:.2f}x (target <= {row['target']})")  # fmt: skip
     out = {"machine": machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+           "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
            "rows": rows}  # fmt: skip
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
