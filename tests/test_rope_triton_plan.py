@@ -151,7 +151,7 @@ def test_an_indexed_table_passes_its_positions_and_their_strides(monkeypatch):
     x = torch.randn(2, 2, 3, 8)
     table, pos = torch.randn(10, 4, 2), torch.tensor([[4, 5, 6]])
     grid, args, kw = _launched(monkeypatch, [(x, (table, pos), torch.empty_like(x))])
-    assert args[3] is not args[2] and args[3].tolist() == [[4, 5, 6], [4, 5, 6]]
+    assert args[3] is pos  # the positions themselves: batch row 1 read with stride 0
     assert args[16:18] == (0, 8) and args[18:20] == (0, 1)  # table rows; positions (b, s)
     assert kw["Q_INDEXED"] is kw["K_INDEXED"] is True
 
@@ -200,3 +200,59 @@ def test_rotate_hands_the_kernel_the_table_and_positions_not_gathered_rows(monke
     torch.testing.assert_close(
         got_k, rotate(x.flip(1), rows, "half", impl="eager"), rtol=1e-6, atol=1e-6
     )
+
+
+# --- the launch prepared once per layout: a repeated call reads only the addresses -------
+
+
+def _numpy_rope(x, cs):
+    """float64 rotation of the half pairing by gathered rows ``cs`` (1, 1, s, r // 2, 2)."""
+    x, c, s = x.double(), cs[..., 0].double(), cs[..., 1].double()  # c, s: (1, 1, s, r // 2)
+    a, b = x[..., : c.shape[-1]], x[..., c.shape[-1] : 2 * c.shape[-1]]
+    return torch.cat([a * c - b * s, b * c + a * s, x[..., 2 * c.shape[-1] :]], -1)
+
+
+@pytest.mark.parametrize("blocked", [True, False], ids=["rows as blocks", "rows copied"])
+def test_a_kept_layout_reads_each_calls_own_tensors(blocked):
+    # same shapes and strides, new values each call: the kept plan must not keep the
+    # first call's addresses (nor, where the rows had to be copied, its copy)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        x = torch.randn(2, 3, 5, 10, generator=gen)  # partial: 8 of 10 dims rotated
+        cs = torch.randn(1, 1, 5, 2, 4, generator=gen)  # (.., [cos, sin], pairs)
+        cs = cs.transpose(-1, -2) if not blocked else cs.reshape(1, 1, 5, 4, 2)
+        (got,) = rope_triton.launch([(x, cs, torch.empty_like(x))], False)
+        torch.testing.assert_close(got.double(), _numpy_rope(x, cs), rtol=0, atol=1e-6)
+    assert len(rope_triton._PREPARED) >= 1
+
+
+def test_a_new_layout_of_the_same_shape_is_prepared_again():
+    # a transposed view has q's shape but other strides: a plan kept for the contiguous
+    # tensor would read it in the wrong order
+    gen = torch.Generator().manual_seed(4)
+    cs = torch.randn(1, 1, 6, 4, 2, generator=gen)
+    x = torch.randn(2, 3, 6, 8, generator=gen)
+    y = torch.randn(2, 6, 3, 8, generator=gen).transpose(1, 2)  # (2, 3, 6, 8), strided
+    for t in (x, y, x):
+        (got,) = rope_triton.launch([(t, cs, torch.empty_like(t))], False)
+        torch.testing.assert_close(got.double(), _numpy_rope(t, cs), rtol=0, atol=1e-6)
+    inplace = x.clone()  # in place: the same shapes and strides, another key
+    rope_triton.launch([(inplace, cs, inplace)], False)
+    torch.testing.assert_close(inplace.double(), _numpy_rope(x, cs), rtol=0, atol=1e-6)
+
+
+def test_the_eager_gradient_is_the_inverse_rotation_and_differentiable_again():
+    # y = R x: dL/dx = R^T g; then d/dg of (R^T g . h) = R h (the double backward)
+    from posenc.torch import kernels
+
+    gen = torch.Generator().manual_seed(5)
+    cs = torch.randn(1, 1, 4, 4, 2, generator=gen)
+    x = torch.randn(1, 2, 4, 8, generator=gen, requires_grad=True)
+    g = torch.randn(1, 2, 4, 8, generator=gen, requires_grad=True)
+    h = torch.randn(1, 2, 4, 8, generator=gen)
+    y = kernels.rotate(x, cs, "half", impl="triton")
+    (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
+    inverse = cs * torch.tensor([1.0, -1.0])  # [cos, -sin]
+    torch.testing.assert_close(gx.double(), _numpy_rope(g.detach(), inverse), rtol=0, atol=1e-6)
+    (gg,) = torch.autograd.grad((gx * h).sum(), g)
+    torch.testing.assert_close(gg.double(), _numpy_rope(h, cs), rtol=0, atol=1e-6)

@@ -248,6 +248,8 @@ def _rotate(x, cs, pairing, out, inplace, impl, m):
     if impl == "eager":
         return rotate_eager(x, cs, pairing, _dst(x, out, inplace))
     if impl == "triton":
+        if m == "autograd":  # eager: a plain Function (a custom op's dispatch costs more)
+            return _triton_ops().rotate((x,), (cs,), pairing == "interleaved")[0]
         if m != "plain":
             return _triton_ops().rope(x, cs, pairing == "interleaved", False)
         dst = _dst(x, out, inplace)
@@ -288,6 +290,8 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     if mq != "plain":
         if out is not None:
             _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq)  # raises the out= error
+        if mq == "autograd":
+            return _triton_ops().rotate((q, k), (cs_q, cs_k), interleaved)
         return _triton_ops().rope_qk(q, k, cs_q, cs_k, interleaved, False)
     pairs = [(q, cs_q, _dst(q, q_out, inplace)), (k, cs_k, _dst(k, k_out, inplace))]
     return _triton().launch(pairs, interleaved)

@@ -18,16 +18,16 @@ Layers, bottom up:
   projection) need no copy; offsets are 64-bit. ``CONJUGATE`` negates sin: the rotation
   by ``-theta``, i.e. the backward. Results are rounded once, to nearest even.
 * ``plan`` / ``launch``: block sizes, head groups and the grid for one or two tensors
-  (``plan`` also counts the bytes the programs issue); ``out`` may be the input itself
-  (in place); launched under the tensors' own CUDA device.
-* the custom ops of :mod:`.rope_triton_ops` (autograd, ``torch.compile``) call
-  :func:`launch`.
+  (``plan`` also counts the bytes the programs issue), prepared once per layout; ``out``
+  may be the input itself (in place); launched under the tensors' own CUDA device.
+* :mod:`.rope_triton_ops` (autograd, ``torch.compile``) calls :func:`launch`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -140,11 +140,18 @@ class Plan:
     block_s: int
     block_h: int
     heads_per: int
-    warps: int  # 4 for prefill blocks; fewer for a decode step's single row, so each
-    # thread still moves several elements (wider loads)
+    warps: int  # 4 for prefill blocks, fewer for a decode row: wider loads per thread
     groups: tuple  # head groups of q (and of k)
     bytes_issued: int  # loads and stores of every program (masked lanes not counted)
     copy_bound: int  # reading and writing the rotated tensors once
+
+
+def _pow2(n: int) -> int:  # triton.next_power_of_2: its constexpr wrapper costs ~5 us a call
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _as4(t):
@@ -180,11 +187,11 @@ def plan(pairs) -> Plan:
     shapes = [_as4(x).shape for x, _, _ in pairs]
     heads = [s[1] for s in shapes]
     seqs = [s[2] for s in shapes]
-    block_h = triton.next_power_of_2(half)
-    block_s = max(1, min(triton.next_power_of_2(max(seqs)), _TILE // (2 * block_h)))
-    heads_per = min(HEADS, triton.next_power_of_2(max(heads)))
-    groups = tuple(triton.cdiv(h, heads_per) for h in heads)
-    grid = (triton.cdiv(max(seqs), block_s), sum(groups), shapes[0][0])
+    block_h = _pow2(half)
+    block_s = max(1, min(_pow2(max(seqs)), _TILE // (2 * block_h)))
+    heads_per = min(HEADS, _pow2(max(heads)))
+    groups = tuple(_cdiv(h, heads_per) for h in heads)
+    grid = (_cdiv(max(seqs), block_s), sum(groups), shapes[0][0])
     warps = max(1, min(4, block_s * 2 * block_h // 256))  # >= 8 elements per thread
     inplace = out0.data_ptr() == x0.data_ptr()
     width = x0.shape[-1] if not inplace else 2 * half  # in place: the tail stays put
@@ -193,11 +200,75 @@ def plan(pairs) -> Plan:
         esize = x.element_size()
         bound += 2 * b * h * s * width * esize
         issued += 2 * b * h * s * width * esize  # every head's rows in and out once
-        groups_x = triton.cdiv(h, heads_per)
+        groups_x = _cdiv(h, heads_per)
         issued += b * s * groups_x * 2 * half * 4  # float32 [cos, sin] once per group
         if isinstance(cs, tuple):
             issued += b * s * groups_x * 8  # int64 positions
     return Plan(grid, block_s, block_h, heads_per, warps, groups, issued, bound)
+
+
+class _Prepared(NamedTuple):
+    """What a launch of one key needs besides the tensors' addresses (:func:`_prepare`)."""
+
+    grid: tuple
+    scalars: tuple  # every stride, heads, groups and sequence lengths, in the kernel's order
+    constants: dict  # the constexpr keywords, num_warps and the compiler flag
+    copied: tuple  # per pair: were the gathered rows copied to make a row one block?
+
+
+_PREPARED: dict = {}  # key -> _Prepared: the host work of a launch, done once per layout
+
+
+def _key(pairs, interleaved, conjugate):
+    """Everything :func:`_prepare` reads: shapes, strides, dtypes, in-placeness, flags."""
+    key = [interleaved, conjugate]
+    for x, cs, out in pairs:
+        t, pos = cs if isinstance(cs, tuple) else (cs, None)
+        key += [x.shape, x.stride(), x.dtype, out.stride(), out.data_ptr() == x.data_ptr()]
+        key += [t.shape, t.stride()] if pos is None else [t.shape, pos.shape, pos.stride()]
+    return tuple(key)
+
+
+def _prepare(pairs, interleaved, conjugate):
+    """Plan, strides and constants of a launch of ``pairs`` (see :func:`launch`)."""
+    p = plan(pairs)
+    strides, flags, heads, seqs, copied = [], [], [], [], []
+    for x, cs, out in pairs:
+        x4, o4 = _as4(x), _as4(out)  # (b, h, s, d)
+        table, pos = _table(x4, cs)
+        indexed = pos is not None
+        copied.append(not indexed and table.data_ptr() != cs.data_ptr())
+        st = table.stride()
+        cs_strides = (0, st[0]) if indexed else (st[0], st[1])  # (batch, row)
+        p_strides = tuple(pos.stride()) if indexed else (0, 0)
+        strides += [*x4.stride(), *o4.stride(), *cs_strides, *p_strides]
+        flags.append(indexed)
+        heads.append(x4.shape[1])
+        seqs.append(x4.shape[2])
+    if len(pairs) == 1:  # k's slots repeat q's; its programs are never launched
+        strides = strides + strides[:12]
+        flags, heads, seqs = flags * 2, heads + [0], seqs + [0]
+    x0, cs0, out0 = pairs[0]
+    half = _half(cs0)
+    tail = 0 if out0.data_ptr() == x0.data_ptr() else x0.shape[-1] - 2 * half
+    constants = dict(HALF=half, TAIL=tail, INTERLEAVED=interleaved, CONJUGATE=conjugate,
+                     Q_INDEXED=flags[0], K_INDEXED=flags[1], BLOCK_S=p.block_s,
+                     BLOCK_H=p.block_h, BLOCK_T=_pow2(max(tail, 1)), HEADS_PER=p.heads_per,
+                     num_warps=p.warps, enable_fp_fusion=False)  # no FMA  # fmt: skip
+    scalars = (*strides, heads[0], heads[1], p.groups[0], seqs[0], seqs[1])
+    return _Prepared(p.grid, scalars, constants, tuple(copied))
+
+
+def _pointers(pairs, copied):
+    """The tensors whose addresses the kernel takes: x, out, table, positions per pair."""
+    args = []
+    for (x, cs, out), copy in zip(pairs, copied, strict=True):
+        if isinstance(cs, tuple):  # (table, positions): indexed in the kernel
+            args += [x, out, cs[0].contiguous(), cs[1]]
+        else:  # gathered rows: the view the plan read starts where cs does, unless copied
+            rows = _table(_as4(x), cs)[0] if copy else cs
+            args += [x, out, rows, rows]  # the positions' pointer is unused
+    return args + args[:4] if len(pairs) == 1 else args
 
 
 def launch(pairs, interleaved, conjugate=False):
@@ -208,40 +279,22 @@ def launch(pairs, interleaved, conjugate=False):
     ``(table, positions)`` pair (the whole table, and int64 ``(b|1, seq)`` positions to
     index it with); ``out``: like ``x``, a new tensor, a buffer not overlapping ``x``, or
     ``x`` itself (in place). The pairs must share batch, head_dim, rotary width and
-    in-placeness.
+    in-placeness. The plan, strides and constants are prepared once per layout (shapes,
+    strides, dtypes, in-placeness) and kept: a repeated call only reads the addresses.
     """
-    p = plan(pairs)
-    if 0 in p.grid:  # nothing to rotate (an empty prompt, zero heads)
-        return tuple(out for _, _, out in pairs)
-    args, strides, flags, heads, seqs = [], [], [], [], []
-    for x, cs, out in pairs:
-        x4, o4 = _as4(x), _as4(out)  # (b, h, s, d)
-        table, pos = _table(x4, cs)
-        indexed = pos is not None
-        pos_arg = pos if indexed else table  # an unused pointer when gathered
-        args += [x4, o4, table, pos_arg]
-        st = table.stride()
-        cs_strides = (0, st[0]) if indexed else (st[0], st[1])  # (batch, row)
-        p_strides = tuple(pos.stride()) if indexed else (0, 0)
-        strides += [*x4.stride(), *o4.stride(), *cs_strides, *p_strides]
-        flags.append(indexed)
-        heads.append(x4.shape[1])
-        seqs.append(x4.shape[2])
-    if len(pairs) == 1:  # k's slots repeat q's; its programs are never launched
-        args, strides = args + args[:4], strides + strides[:12]
-        flags, heads, seqs = flags * 2, heads + [0], seqs + [0]
-    x0, cs0, out0 = pairs[0]
-    half = _half(cs0)
-    tail = 0 if out0.data_ptr() == x0.data_ptr() else x0.shape[-1] - 2 * half
-    device = x0.device
+    key = _key(pairs, interleaved, conjugate)
+    how = _PREPARED.get(key)
+    if how is None:
+        how = _prepare(pairs, interleaved, conjugate)
+        if len(_PREPARED) >= 512:  # a bound on the layouts kept
+            _PREPARED.clear()
+        _PREPARED[key] = how
+    outs = tuple(out for _, _, out in pairs)
+    if 0 in how.grid:  # nothing to rotate (an empty prompt, zero heads)
+        return outs
+    args = _pointers(pairs, how.copied)
+    device = pairs[0][0].device
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:  # Triton launches on the current device: make it the tensors'
-        _rope_fwd[p.grid](
-            *args, *strides, heads[0], heads[1], p.groups[0], seqs[0], seqs[1],
-            HALF=half, TAIL=tail, INTERLEAVED=interleaved, CONJUGATE=conjugate,
-            Q_INDEXED=flags[0], K_INDEXED=flags[1], BLOCK_S=p.block_s, BLOCK_H=p.block_h,
-            BLOCK_T=triton.next_power_of_2(max(tail, 1)), HEADS_PER=p.heads_per,
-            enable_fp_fusion=False,  # no fused multiply-add: the interpreter's float32 math
-            num_warps=p.warps,
-        )  # fmt: skip
-    return tuple(out for _, _, out in pairs)
+        _rope_fwd[how.grid](*args, *how.scalars, **how.constants)
+    return outs

@@ -1,9 +1,13 @@
-"""The Triton RoPE kernel as ``torch.library`` custom ops: autograd and ``torch.compile``.
+"""The Triton RoPE kernel under autograd: a plain ``autograd.Function`` in eager code, and
+``torch.library`` custom ops for ``torch.compile``.
 
-``rope`` and ``rope_qk`` return new tensors; their gradient is the same kernel with
-``conjugate`` flipped (the rotation by ``-theta``), and their fake implementations let
-``torch.compile`` trace through them (the compiler treats the kernel as opaque). Imports
-triton, through :mod:`.rope_triton`.
+Each returns new tensors; the gradient is the same kernel with ``conjugate`` flipped (the
+rotation by ``-theta``). :func:`rotate` (eager) is what a training step calls on CUDA: a
+custom op's dispatch costs about 0.3 ms of host time per forward and backward, more than
+the kernel's GPU time at a small model's sizes (``benchmarks/results/gpu.json``). The
+custom ops ``rope`` and ``rope_qk`` serve a traced call that forces the kernel (their fake
+implementations let ``torch.compile`` trace through them; the compiler treats the kernel as
+opaque). Imports triton, through :mod:`.rope_triton`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,32 @@ import torch
 
 from posenc.torch.kernels import rope_triton
 
-__all__ = ["rope", "rope_qk"]
+__all__ = ["rope", "rope_qk", "rotate"]
+
+
+class _Rotate(torch.autograd.Function):
+    """``xs`` (one or two tensors) rotated by their ``tables`` in one launch; the backward is
+    the same Function conjugated (so it is differentiable again)."""
+
+    @staticmethod
+    def forward(ctx, interleaved, conjugate, *xs_and_tables):
+        n = len(xs_and_tables) // 2
+        xs, tables = xs_and_tables[:n], xs_and_tables[n:]
+        ctx.save_for_backward(*tables)
+        ctx.interleaved, ctx.conjugate = interleaved, conjugate
+        pairs = [(x, t, torch.empty_like(x)) for x, t in zip(xs, tables, strict=True)]
+        return rope_triton.launch(pairs, interleaved, conjugate)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        tables = ctx.saved_tensors
+        back = _Rotate.apply(ctx.interleaved, not ctx.conjugate, *grads, *tables)
+        return None, None, *back, *(None,) * len(tables)
+
+
+def rotate(xs, tables, interleaved):
+    """``xs`` (a tuple of one or two tensors) rotated by ``tables``, recorded by autograd."""
+    return _Rotate.apply(interleaved, False, *xs, *tables)
 
 
 @torch.library.custom_op("posenc::rope_triton", mutates_args=())
