@@ -59,8 +59,6 @@ TABLE = {
 }
 _FALLBACK = {"plain": "eager", "autograd": "expr", "compile": "expr"}  # triton missing
 _FORCED = threading.local()  # use()'s choice, per thread: another thread's block is not ours
-
-
 _HAS_TRITON = importlib.util.find_spec("triton") is not None  # looked up, not imported
 
 
@@ -265,7 +263,9 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     """
     q_out, k_out = (None, None) if out is None else out
     mq, mk = mode(q, cs_q), mode(k, cs_k)
-    impl_q, impl_k = _choose(q, impl, mq, cs_q), _choose(k, impl, mk, cs_k)
+    impl_q = _choose(q, impl, mq, cs_q)
+    alike = (cs_q is cs_k, mq, q.dtype, q.device, q.dim()) == (True, mk, k.dtype, k.device, k.dim())
+    impl_k = impl_q if alike else _choose(k, impl, mk, cs_k)
     fused = (
         impl_q == impl_k == "triton"
         and mq == mk
@@ -286,7 +286,9 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
             _rotate(k, cs_k, pairing, k_out, inplace, impl_k, mk),
         )
     interleaved = pairing == "interleaved"
-    cs_q, cs_k = _for(cs_q, q, impl_q, mq), _for(cs_k, k, impl_k, mk)
+    same = cs_k is cs_q  # one table for both (fused: same device and mode): gathered once
+    cs_q = _for(cs_q, q, impl_q, mq)
+    cs_k = cs_q if same else _for(cs_k, k, impl_k, mk)
     if mq != "plain":
         if out is not None:
             _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq)  # raises the out= error

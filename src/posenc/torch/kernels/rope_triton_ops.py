@@ -35,7 +35,12 @@ class _Rotate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         tables = ctx.saved_tensors
-        back = _Rotate.apply(ctx.interleaved, not ctx.conjugate, *grads, *tables)
+        flags = (ctx.interleaved, not ctx.conjugate)
+        if torch.is_grad_enabled():  # create_graph: the backward is recorded in turn
+            back = _Rotate.apply(*flags, *grads, *tables)
+        else:
+            pairs = [(g, t, torch.empty_like(g)) for g, t in zip(grads, tables, strict=True)]
+            back = rope_triton.launch(pairs, *flags)
         return None, None, *back, *(None,) * len(tables)
 
 
