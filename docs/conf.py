@@ -260,16 +260,41 @@ def _unexecuted_notebook(app, docname, out_dir):
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
                  "packing.json", "gpu.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
-                 "text_study.jsonl", "text_extend.jsonl"]  # fmt: skip
+                 "text_study.jsonl", "text_extend.jsonl", "text_passkey.jsonl"]  # fmt: skip
+
+
+_CHANGED_RESULTS = set()  # results files whose copy beside the pages was out of date
 
 
 def _copy_bench_results(app, config):
     # Series pages draw committed benchmark and study results; each page reads them from
     # beside itself (and offers them for download), a path a reader of the notebook has.
     for name in BENCH_RESULTS:
-        src = ROOT / "benchmarks" / "results" / name
+        src, dst = ROOT / "benchmarks" / "results" / name, HERE / "series" / name
         if src.exists():
-            shutil.copy2(src, HERE / "series" / name)
+            if not dst.exists() or dst.read_bytes() != src.read_bytes():
+                _CHANGED_RESULTS.add(name)
+            shutil.copy2(src, dst)
+
+
+def _readers_of_changed_results(app, env, added, changed, removed):
+    # jupyter-cache keys a page on its code cells, not on the files they read: a page that
+    # names a results file which changed (pages spell the names out) is read again, its
+    # cached outputs dropped, so an incremental build does not print the old rows
+    def reads_changed(doc):
+        text = Path(env.doc2path(doc)).read_text(encoding="utf-8")
+        return any(name in text for name in _CHANGED_RESULTS)
+
+    readers = [d for d in env.found_docs if d not in changed and reads_changed(d)]
+    cache_dir = Path(app.outdir).parent / ".jupyter_cache"
+    if readers and cache_dir.exists():
+        from jupyter_cache import get_cache
+
+        cache, paths = get_cache(str(cache_dir)), {str(Path(env.doc2path(d))) for d in readers}
+        for record in cache.list_cache_records():
+            if record.uri in paths:
+                cache.remove_cache(record.pk)
+    return readers
 
 
 def _prose_only(app, config):
@@ -282,6 +307,7 @@ def _prose_only(app, config):
 
 def setup(app):
     app.connect("config-inited", _copy_bench_results)
+    app.connect("env-get-outdated", _readers_of_changed_results)
     app.connect("config-inited", _prose_only)
     app.connect("html-page-context", _page_context)
     app.connect("build-finished", _copy_build_files)
