@@ -24,6 +24,17 @@ NO_EQUIVALENT = {  # named in transformers 5.23.0 but not a 1-D RoPE posenc can 
 UNSUPPORTED = {
     "nanochat": "its rotate_half returns (x2, -x1): the rotation turns the other way "
                 "(sin negated), which posenc's RoPE does not offer",
+    **dict.fromkeys(("inkling_text", "inkling2_text"),
+        "it has no RoPE: its positions are a relative bias mixed per token from the hidden "
+        "states (d_rel, rel_extent; sliding_window_size on 'hybrid_sliding' layers), short "
+        "convolutions of keys and values, and a log-scaled query temperature "
+        "(log_scaling_n_floor), which posenc does not build from a config"),
+    # DiTAttention and DiTDecoderLayer (modeling_qwen2_5_omni.py)
+    "qwen2_5_omni_dit": "its DiTAttention rotates the first head only (as interleaved pairs: "
+                        "deinterleave_head_dim, then the half-split rotation), and its "
+                        "attention is bidirectional within blocks of block_size "
+                        "(look_ahead_layers, look_backward_layers), which posenc does not "
+                        "build from a config",
     "deepseek_v4": "its RoPE rotates the trailing channels of each head inside its own apply "
                    "function with per-layer 'main' and 'compress' rates (compressed sparse "
                    "attention), which posenc does not build from a config",

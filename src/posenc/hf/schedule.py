@@ -47,6 +47,16 @@ NO_SCHEDULE = {
     "openai_privacy_filter": "its attention is bidirectional within a sliding window "
                              "(create_bidirectional_sliding_window_mask), and posenc's windows "
                              "look back only",
+    # BltModel (modeling_blt.py): create_sliding_window_causal_mask of encoder_config, whose
+    # sliding_window BltConfig.__post_init__ sets to local_attention_window_len, for the local
+    # encoder's layers and for the local decoder's (whose config has no window)
+    **dict.fromkeys(("blt", "blt_local_encoder", "blt_local_decoder"),
+                    "Schedule.from_hf builds one transformer, but BltModel runs a patcher, a "
+                    "local encoder, a global transformer and a local decoder, and every layer "
+                    "of the local encoder and decoder slides by BltConfig's "
+                    "local_attention_window_len, which their own configs do not hold "
+                    "(BltModel passes the encoder's mask to the decoder); the patcher's "
+                    "patcher_config is read alone"),
     "beam": "its layers without RoPE scale queries by (1 + (p + 1) / 2048) ** 0.1, which "
             "is not the Llama 4 temperature posenc offers",
 }  # fmt: skip
@@ -85,7 +95,9 @@ def schedule_from_hf(config):
     ValueError
         For what posenc cannot reproduce, by name: a model type whose windows look both
         ways (ModernBERT, EmbeddingGemma, Gemma 3 with ``use_bidirectional_attention``, ...),
-        a rotation or temperature it does not offer, a rule the dict cannot settle.
+        a mask that is no look-back window (UnlimitedOCR's reference layers, Doge's keys
+        selected by content, BLT's local window), a rotation or temperature it does not
+        offer, a rule the dict cannot settle.
 
     Examples
     --------
@@ -151,6 +163,7 @@ def schedule_from_hf(config):
             "slice_start": lcfg.get("qk_nope_head_dim") if _mla(lcfg) and rope else None,
             "softmax_factor": _softmax_factor(lcfg, model_type, ropes[kind]),
         })  # fmt: skip
+    settled.check_selection(cfg, model_type, layers)  # Doge's dynamic mask
     width = _qk_width(cfg, ropes.values())
     return {"model_type": model_type, "head_dim": width, "layers": layers}
 

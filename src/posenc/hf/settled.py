@@ -3,9 +3,10 @@
 :func:`posenc.hf.schedule.schedule_from_hf` calls :func:`settle`: :func:`derived` before
 :func:`posenc.hf.layers.prepare` (what a class's ``__post_init__`` fills in where a
 ``config.json`` is silent), :func:`checked` after it (the values HF's strict config classes
-refuse, or its model cannot use, refused here by name) and :func:`every_layer` (the masks of
-the models that slide every layer, ``SLIDE_EVERY_LAYER``). Pure Python: transformers is not
-imported."""
+refuse, or its model cannot use, refused here by name, and layer types whose mask is no
+look-back window) and :func:`every_layer` (the masks of the models that slide every layer,
+``SLIDE_EVERY_LAYER``); :func:`check_selection` refuses a layer whose keys HF selects by
+content (Doge). Pure Python: transformers is not imported."""
 
 from __future__ import annotations
 
@@ -37,6 +38,27 @@ SLIDE_EVERY_LAYER = {
 # Layer types a config class derives where layer_types is absent, as a cycle over the layers:
 # MiniMaxConfig.__post_init__, "full_attention" if (i + 1) % 2 else "linear_attention"
 LAYER_CYCLE = {"minimax": ("full_attention", "linear_attention")}
+# ... and as one type for every layer where the config has a window (else "full_attention"):
+# UnlimitedOcrTextConfig.__post_init__ (whose window defaults to 128 and may not be None)
+LAYER_IF_WINDOW = {"unlimited_ocr_text": "reference_sliding_attention"}
+# Layer types whose HF mask is no look-back window: layer type -> why (posenc refuses them
+# where the config has a window). UnlimitedOcrTextModel: create_reference_sliding_window_causal_mask
+# (modeling_unlimited_ocr.py) ORs the window with every key of the prefill that its cache layer
+# (UnlimitedOcrDynamicReferenceSlidingWindowLayer, which DynamicCache builds for the type) holds
+MASK_OF_TYPE = {
+    "reference_sliding_attention": "HF's model (UnlimitedOcrTextModel) attends to every key "
+    "of the prefill and to the last sliding_window generated keys (a window over the "
+    "generated tokens only, whose start is the cache's prefill length), which posenc's "
+    "windows and chunks cannot express",
+}  # fmt: skip
+# Qwen2MoeConfig sets sliding_window = 0 (not None) without use_sliding_window: a layer that
+# layer_types still names "sliding_attention" then gets a window of 0 (sliding_window_overlay:
+# kv_idx > q_idx - 0) and attends to no key (its other Qwen classes set None: HF's model raises)
+WINDOW_ZERO_IF_UNUSED = frozenset(("qwen2_moe",))
+# Attention that keeps, per query, only the keys of the top k of a content score where more
+# are visible: model type -> (the key of k, its class default). DogeAttention.prepare_dynamic_mask
+# (modeling_doge.py): topk(dt_states, keep_window_size) once the keys outnumber it
+KEY_SELECTION = {"doge": ("keep_window_size", 2048)}
 # integer keys the layer rules divide or compare by: key -> the least value that works
 COUNTS = {"sliding_window": 1, "attention_chunk_size": 1, "max_window_layers": 0,
           "first_k_dense_replace": 0, "no_rope_layer_interval": 1}  # fmt: skip
@@ -46,7 +68,8 @@ PATTERNS = {"sliding_window_pattern": 1, "prefix_dense_sliding_window_pattern": 
 
 def derived(cfg, model_type, depth):
     """What the config class derives where the dict is silent: ModernBERT-decoder's layer
-    types and window, MiniMax's layer types (``LAYER_CYCLE``), and a class's default
+    types and window, MiniMax's and UnlimitedOCR's layer types (``LAYER_CYCLE``,
+    ``LAYER_IF_WINDOW``), and a class's default
     ``sliding_window`` (``CLASS_WINDOW``) where the key is absent and ``layer_types`` is
     given, or every layer slides (``SLIDE_EVERY_LAYER``: Mistral); without
     ``layer_types`` a model type with a pattern rule is refused by that rule
@@ -57,6 +80,10 @@ def derived(cfg, model_type, depth):
     if model_type in LAYER_CYCLE and not cfg.get("layer_types"):
         cycle = LAYER_CYCLE[model_type]
         cfg["layer_types"] = [cycle[i % len(cycle)] for i in range(depth)]
+    if model_type in LAYER_IF_WINDOW and not cfg.get("layer_types"):
+        windowed = cfg.get("sliding_window", CLASS_WINDOW.get(model_type)) is not None
+        kind = LAYER_IF_WINDOW[model_type] if windowed else "full_attention"
+        cfg["layer_types"] = [kind] * depth
     if "sliding_window" not in cfg and model_type in CLASS_WINDOW:
         if cfg.get("layer_types") or model_type in SLIDE_EVERY_LAYER:
             cfg["sliding_window"] = CLASS_WINDOW[model_type]
@@ -82,7 +109,29 @@ def checked(cfg, model_type):
     uses = cfg.get("no_rope_layers")
     if uses is not None and any(u not in (0, 1) or isinstance(u, float) for u in uses):
         raise ValueError(f"no_rope_layers entries must be 0 (no RoPE) or 1 (RoPE), got {uses}")
+    _refuse_unrunnable(cfg, model_type)
     return cfg
+
+
+def _refuse_unrunnable(cfg, model_type):
+    """``ValueError`` naming the key where HF's model applies no plain look-back window to a
+    layer posenc would read as one: UnlimitedOCR's reference layers (``MASK_OF_TYPE``), and
+    sliding layers of a Qwen2-MoE config without ``use_sliding_window``."""
+    kinds = cfg.get("layer_types") or ()
+    for kind in dict.fromkeys(kinds):
+        if kind in MASK_OF_TYPE and cfg.get("sliding_window"):
+            raise ValueError(
+                f"Schedule.from_hf cannot reproduce layer_types {kind!r} with "
+                f"sliding_window={cfg['sliding_window']}: {MASK_OF_TYPE[kind]}"
+            )
+    unused = model_type in WINDOW_ZERO_IF_UNUSED and not cfg.get("use_sliding_window", False)
+    if unused and "sliding_attention" in kinds:
+        raise ValueError(
+            f"Schedule.from_hf cannot reproduce {model_type}'s layer_types 'sliding_attention' "
+            "with use_sliding_window=False: its config class then sets sliding_window to 0, "
+            "and HF's model masks every key of those layers; set use_sliding_window=True or "
+            "make them 'full_attention'"
+        )
 
 
 def every_layer(cfg, model_type, depth):
@@ -122,3 +171,24 @@ def _modernbert_decoder(cfg, depth):
         raise ValueError(f"local_attention must be >= 2 for modernbert-decoder, got {local!r}")
     cfg["sliding_window"] = check_int("local_attention", local, minimum=2) // 2
     return cfg
+
+
+def check_selection(cfg, model_type, layers):
+    """``ValueError`` naming the key where a layer of a ``KEY_SELECTION`` model may see more
+    keys than its content selection keeps (its window, else its RoPE's ``max_len``: posenc
+    refuses positions beyond it), so that which keys it attends to depends on their values."""
+    if model_type not in KEY_SELECTION:
+        return
+    key, default = KEY_SELECTION[model_type]
+    keep = check_int(key, cfg.get(key, default), minimum=1)
+    for i, layer in enumerate(layers):
+        seen = [n for n in (layer["window"], (layer["rope"] or {}).get("max_len")) if n]
+        if layer["attention"] and (not seen or min(seen) > keep):
+            raise ValueError(
+                f"Schedule.from_hf cannot reproduce {model_type} with {key}={keep}: layer {i} "
+                f"lets a query see {min(seen) if seen else 'any number of'} keys (sliding_window="
+                f"{cfg.get('sliding_window')}, max_position_embeddings="
+                f"{cfg.get('max_position_embeddings')}), and where they outnumber {key} HF keeps "
+                "the top ones by a content score (a dynamic mask), which no position scheme "
+                f"expresses: set sliding_window or max_position_embeddings <= {key}"
+            )

@@ -60,11 +60,12 @@ WINDOWED = {
         "gemma4_unified_assistant", "t5_gemma_module", "t5gemma2_text", "esmfold2",
         "moonshine_streaming_encoder",
     ), "both"),
-    # InklingTextModel, Inkling2TextModel: "hybrid_sliding" layers, sliding_window_size;
-    # UnlimitedOcrTextModel: "reference_sliding_attention" (create_sliding_window_causal_mask
-    # without a cache); BltModel: local_attention_window_len for its local encoder and
-    # decoder; NemotronAsrStreamingEncoder: a left context of sliding_window - 1;
-    # Gemma4AudioModel: sliding_window_mask_function
+    # InklingTextModel, Inkling2TextModel: "hybrid_sliding" layers, sliding_window_size (refused:
+    # posenc.hf.defaults.UNSUPPORTED); UnlimitedOcrTextModel: "reference_sliding_attention"
+    # (the prefill and a window over generated keys: refused, posenc.hf.settled.MASK_OF_TYPE);
+    # BltModel: local_attention_window_len for its local encoder and decoder (refused:
+    # posenc.hf.schedule.NO_SCHEDULE); NemotronAsrStreamingEncoder: a left context of
+    # sliding_window - 1; Gemma4AudioModel: sliding_window_mask_function
     **dict.fromkeys((
         "inkling_text", "inkling2_text", "unlimited_ocr_text", "blt", "blt_local_encoder",
         "blt_local_decoder", "nemotron_asr_streaming_encoder", "gemma4_audio",
