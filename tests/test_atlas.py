@@ -54,8 +54,11 @@ def test_the_committed_atlas_meets_the_bar_and_says_why_for_every_gap():
     # A floor that only goes up. Since issue 40 a model type with a per-layer scheme counts as
     # exact only if HF's attention matches posenc's in every layer of both config layouts
     # (tools/atlas_e2e.py): 172 of 216 when that check came in, 177 of 213 with the fixes of
-    # issue 40's other classes (layer rules, M-RoPE layouts, Gemma 4's full-layer width).
-    assert len(exact) >= 177 and len(exact) / len(runs) >= 0.83, (len(exact), len(runs))
+    # issue 40's other classes (layer rules, M-RoPE layouts, Gemma 4's full-layer width), 175
+    # when a later probe round refused two that the atlas had counted exact without checking
+    # what made them differ (unlimited_ocr_text when decoding with a cache; qwen2_5_omni_dit,
+    # which rotates its first head only): a floor lowered only by a model found wrong.
+    assert len(exact) >= 175 and len(exact) / len(runs) >= 0.82, (len(exact), len(runs))
     for r in result["rows"]:
         if r["status"] != "exact":
             assert r.get("reason", "").strip(), r  # every other row says why
