@@ -11,18 +11,16 @@ implementation runs is read from :data:`TABLE` by device, mode and dtype, every 
   and traceable; the only choice under ``torch.func`` transforms (vmap, grad, jacfwd);
 * ``"eager"`` -- the CPU kernels of :mod:`.rope_eager`, writing into ``out`` or in place;
   plain inference only;
-* ``"triton"`` -- one fused Triton kernel for q and k (:mod:`.rope_triton`), with autograd
-  through custom ops; float32/float16/bfloat16 only (float64 never leaves torch's own
-  kernels). Used on CUDA in eager code when triton is importable. Under ``torch.compile``
-  the CUDA row takes ``"expr"``: a custom op is opaque to inductor (not fused, its Python
-  body run on every call: a compiled RoPE model measured 2.0x one without positions on an
-  H200), while the plain expressions fuse into the projections around them (HF's
-  ``apply_rotary_pos_emb`` compiles to 1.02-1.10x the copy bound there).
+* ``"triton"`` -- one fused Triton kernel for q and k (:mod:`.rope_triton`), float32 and
+  16-bit only, under autograd through :mod:`.rope_triton_ops`; on CUDA in eager code. Under
+  ``torch.compile`` the CUDA row takes ``"expr"``, which inductor fuses into the
+  projections around it (a custom op is opaque to it: a compiled RoPE model measured 2.0x
+  one without positions on an H200).
 
-Modes: ``"plain"`` (no autograd recording for ``x``, not traced), ``"autograd"``
-(``x`` requires grad while grad is enabled), ``"compile"`` (``torch.compile`` tracing).
-Devices other than CUDA take the CPU row. :func:`use` forces an implementation (tests,
-benchmarks) and raises ``ValueError`` when it does not fit the call.
+Modes: ``"plain"`` (not recorded, not traced), ``"autograd"`` (``x`` or its table requires
+grad while grad is enabled), ``"compile"`` (``torch.compile`` tracing), ``"functorch"``
+(``torch.func`` or forward-mode AD). Devices other than CUDA take the CPU row. :func:`use`
+forces an implementation (tests, benchmarks); ``ValueError`` where it does not fit the call.
 """
 
 from __future__ import annotations
@@ -31,9 +29,9 @@ import contextlib
 import importlib.util
 import os
 import threading
-from typing import NamedTuple
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from posenc.torch.kernels.rope_eager import (
     check_out,
@@ -42,6 +40,7 @@ from posenc.torch.kernels.rope_eager import (
     rotate_expr,
     rotate_pair,
 )
+from posenc.torch.kernels.rows import TableRows
 
 __all__ = ["TABLE", "TableRows", "choose", "lookup", "cos_sin", "needs_expr", "rotate", "rotate_qk"]
 __all__ += ["use"]
@@ -60,6 +59,7 @@ TABLE = {
 _FALLBACK = {"plain": "eager", "autograd": "expr", "compile": "expr"}  # triton missing
 _FORCED = threading.local()  # use()'s choice, per thread: another thread's block is not ours
 _HAS_TRITON = importlib.util.find_spec("triton") is not None  # looked up, not imported
+_transforms_active = torch._C._are_functorch_transforms_active
 
 
 def _triton_ok() -> bool:
@@ -70,24 +70,6 @@ def _triton_fits(x) -> bool:
     """CUDA, or CPU tensors under the Triton interpreter (``TRITON_INTERPRET=1``)."""
     interpreted = x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
     return (x.device.type == "cuda" or interpreted) and _triton_ok()
-
-
-class TableRows(NamedTuple):
-    """The rows of a whole ``[cos, sin]`` table at ``positions``, not yet gathered.
-
-    ``table``: ``(rows, r // 2, 2)`` float32, a module's derived table; ``positions``: a
-    ``range`` or int64 ``(batch|1, seq)``. The Triton kernel indexes the table itself;
-    every other kernel gets the rows gathered (:meth:`gather`).
-    """
-
-    table: torch.Tensor
-    positions: object
-
-    def gather(self, device=None) -> torch.Tensor:
-        """The rows ``(batch|1, seq, r // 2, 2)`` (a slice for a ``range``), on ``device``."""
-        t, p = self.table, self.positions
-        rows = t[p.start : p.stop][None] if isinstance(p, range) else t[p.to(t.device)]
-        return rows.to(t.device if device is None else device)
 
 
 def _table_of(cs):
@@ -117,8 +99,8 @@ def mode(x, cs=None) -> str:
     if torch.compiler.is_compiling():  # first: dynamo cannot trace the functorch query
         return "compile"
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    if wrapped(x) or (cs is not None and wrapped(cs)):
-        return "functorch"
+    if wrapped(x) or (cs is not None and wrapped(cs)) or _forward_ad._current_level >= 0:
+        return "functorch"  # or forward-mode AD: dual tensors need plain expressions
     if torch.is_grad_enabled() and (x.requires_grad or (cs is not None and cs.requires_grad)):
         return "autograd"
     return "plain"
@@ -150,11 +132,18 @@ def choose(x, impl=None) -> str:
 def _choose(x, impl, m, cs=None):
     forced = getattr(_FORCED, "impl", None) if impl is None else impl
     chosen = _choose_impl(x, forced, m)
-    if chosen == "triton" and cs is not None and _per_head(cs):  # its rows serve every head
-        if forced is not None:
-            raise ValueError("impl='triton' needs [cos, sin] rows shared by the heads")
-        chosen = _FALLBACK[m]
+    if chosen == "triton" and cs is not None:
+        why = ("needs [cos, sin] rows shared by the heads" if _per_head(cs) else
+               "gives a [cos, sin] table that requires grad no gradient"
+               if m != "plain" and _table_of(cs).requires_grad else None)  # fmt: skip
+        if why and forced is not None:
+            raise ValueError(f"impl='triton' {why}")
+        chosen = _FALLBACK[m] if why else chosen
     return chosen
+
+
+def _plain_autograd() -> bool:  # else the custom ops, which transforms and make_fx record
+    return not _transforms_active() and not torch._C._len_torch_dispatch_stack()
 
 
 def _choose_impl(x, impl, m):
@@ -246,7 +235,7 @@ def _rotate(x, cs, pairing, out, inplace, impl, m):
     if impl == "eager":
         return rotate_eager(x, cs, pairing, _dst(x, out, inplace))
     if impl == "triton":
-        if m == "autograd":  # eager: a plain Function (a custom op's dispatch costs more)
+        if m == "autograd" and _plain_autograd():  # a plain Function: a custom op costs more
             return _triton_ops().rotate((x,), (cs,), pairing == "interleaved")[0]
         if m != "plain":
             return _triton_ops().rope(x, cs, pairing == "interleaved", False)
@@ -292,7 +281,7 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     if mq != "plain":
         if out is not None:
             _rotate(q, cs_q, pairing, q_out, inplace, impl_q, mq)  # raises the out= error
-        if mq == "autograd":
+        if mq == "autograd" and _plain_autograd():
             return _triton_ops().rotate((q, k), (cs_q, cs_k), interleaved)
         return _triton_ops().rope_qk(q, k, cs_q, cs_k, interleaved, False)
     pairs = [(q, cs_q, _dst(q, q_out, inplace)), (k, cs_k, _dst(k, k_out, inplace))]

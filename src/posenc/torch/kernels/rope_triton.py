@@ -189,7 +189,7 @@ def plan(pairs) -> Plan:
     seqs = [s[2] for s in shapes]
     block_h = _pow2(half)
     block_s = max(1, min(_pow2(max(seqs)), _TILE // (2 * block_h)))
-    heads_per = min(HEADS, _pow2(max(heads)))
+    heads_per = max(1, min(HEADS, _pow2(max(heads))))  # zero heads: an empty grid, no division
     groups = tuple(_cdiv(h, heads_per) for h in heads)
     grid = (_cdiv(max(seqs), block_s), sum(groups), shapes[0][0])
     warps = max(1, min(4, block_s * 2 * block_h // 256))  # >= 8 elements per thread
