@@ -134,7 +134,7 @@ def experiments(session: nox.Session) -> None:
     benchmarks/results/text_extend.jsonl (5 seeds, about an hour of 2-core CPU); ``-- text
     --study passkey`` follows passkey retrieval through training (RoPE, ALiBi, NoPE at 1, 2
     and 4 times the steps, and Hugging Face's Llama on the same batches; seeds 0-2, about
-    4.5 hours of 2-core CPU) into benchmarks/results/text_passkey.jsonl.
+    5.5 CPU-hours: 3 hours with two processes) into benchmarks/results/text_passkey.jsonl.
     """
     _install(session, "experiments")
     args = list(session.posargs)

@@ -285,7 +285,8 @@ def _readers_of_changed_results(app, env, added, changed, removed):
         text = Path(env.doc2path(doc)).read_text(encoding="utf-8")
         return any(name in text for name in _CHANGED_RESULTS)
 
-    readers = [d for d in env.found_docs if d not in changed and reads_changed(d)]
+    readers = [d for d in env.found_docs if reads_changed(d)]  # also those Sphinx re-reads
+    # (a {download} of the file makes it a dependency): their cached outputs go too
     cache_dir = Path(app.outdir).parent / ".jupyter_cache"
     if readers and cache_dir.exists():
         from jupyter_cache import get_cache
@@ -294,7 +295,7 @@ def _readers_of_changed_results(app, env, added, changed, removed):
         for record in cache.list_cache_records():
             if record.uri in paths:
                 cache.remove_cache(record.pk)
-    return readers
+    return [d for d in readers if d not in changed]
 
 
 def _prose_only(app, config):
