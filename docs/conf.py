@@ -281,6 +281,9 @@ def _readers_of_changed_results(app, env, added, changed, removed):
     # jupyter-cache keys a page on its code cells, not on the files they read: a page that
     # names a results file which changed (pages spell the names out) is read again, its
     # cached outputs dropped, so an incremental build does not print the old rows
+    if not _CHANGED_RESULTS:  # the usual build: read no page for this
+        return []
+
     def reads_changed(doc):
         text = Path(env.doc2path(doc)).read_text(encoding="utf-8")
         return any(name in text for name in _CHANGED_RESULTS)

@@ -253,7 +253,13 @@ def rotate_qk(q, k, cs_q, cs_k, pairing, *, out=None, inplace=False, impl=None):
     q_out, k_out = (None, None) if out is None else out
     mq, mk = mode(q, cs_q), mode(k, cs_k)
     impl_q = _choose(q, impl, mq, cs_q)
-    alike = (cs_q is cs_k, mq, q.dtype, q.device, q.dim()) == (True, mk, k.dtype, k.device, k.dim())
+    alike = (
+        cs_q is cs_k
+        and mq == mk
+        and q.dtype == k.dtype
+        and q.device == k.device
+        and q.dim() == k.dim()
+    )  # what _choose reads: one choice serves both
     impl_k = impl_q if alike else _choose(k, impl, mk, cs_k)
     fused = (
         impl_q == impl_k == "triton"

@@ -5,9 +5,10 @@ Each returns new tensors; the gradient is the same kernel with ``conjugate`` fli
 rotation by ``-theta``). :func:`rotate` (eager) is what a training step calls on CUDA: a
 custom op's dispatch costs about 0.3 ms of host time per forward and backward, more than
 the kernel's GPU time at a small model's sizes (``benchmarks/results/gpu.json``). The
-custom ops ``rope`` and ``rope_qk`` serve a traced call that forces the kernel (their fake
-implementations let ``torch.compile`` trace through them; the compiler treats the kernel as
-opaque). Imports triton, through :mod:`.rope_triton`.
+custom ops ``rope`` and ``rope_qk`` serve what must see or record the call: a traced call
+that forces the kernel (their fake implementations let ``torch.compile`` trace through
+them; the compiler treats the kernel as opaque), a ``torch.func`` transform, a dispatch
+mode (``make_fx``). Imports triton, through :mod:`.rope_triton`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ import torch
 from posenc.torch.kernels import rope_triton
 
 __all__ = ["rope", "rope_qk", "rotate"]
+
+
+def _new(xs, tables, interleaved, conjugate):
+    """``xs`` rotated by ``tables`` into new tensors, in one launch."""
+    pairs = [(x, t, torch.empty_like(x)) for x, t in zip(xs, tables, strict=True)]
+    return rope_triton.launch(pairs, interleaved, conjugate)
 
 
 class _Rotate(torch.autograd.Function):
@@ -29,8 +36,7 @@ class _Rotate(torch.autograd.Function):
         xs, tables = xs_and_tables[:n], xs_and_tables[n:]
         ctx.save_for_backward(*tables)
         ctx.interleaved, ctx.conjugate = interleaved, conjugate
-        pairs = [(x, t, torch.empty_like(x)) for x, t in zip(xs, tables, strict=True)]
-        return rope_triton.launch(pairs, interleaved, conjugate)
+        return _new(xs, tables, interleaved, conjugate)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -39,8 +45,7 @@ class _Rotate(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: the backward is recorded in turn
             back = _Rotate.apply(*flags, *grads, *tables)
         else:
-            pairs = [(g, t, torch.empty_like(g)) for g, t in zip(grads, tables, strict=True)]
-            back = rope_triton.launch(pairs, *flags)
+            back = _new(grads, tables, *flags)
         return None, None, *back, *(None,) * len(tables)
 
 
@@ -52,7 +57,7 @@ def rotate(xs, tables, interleaved):
 @torch.library.custom_op("posenc::rope_triton", mutates_args=())
 def rope(x: torch.Tensor, cs: torch.Tensor, interleaved: bool, conjugate: bool) -> torch.Tensor:
     """``x`` rotated by ``cs`` (by ``-theta`` if ``conjugate``), a new tensor."""
-    return rope_triton.launch([(x, cs, torch.empty_like(x))], interleaved, conjugate)[0]
+    return _new((x,), (cs,), interleaved, conjugate)[0]
 
 
 @rope.register_fake
@@ -70,8 +75,7 @@ def rope_qk(
     conjugate: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` and ``k`` rotated by their tables in one launch, new tensors."""
-    pairs = [(q, cs_q, torch.empty_like(q)), (k, cs_k, torch.empty_like(k))]
-    return rope_triton.launch(pairs, interleaved, conjugate)
+    return _new((q, k), (cs_q, cs_k), interleaved, conjugate)
 
 
 @rope_qk.register_fake
