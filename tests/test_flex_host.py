@@ -149,6 +149,23 @@ def test_kept_inputs_follow_in_place_updates():
         torch.testing.assert_close(after, want, rtol=1e-5, atol=1e-5)
 
 
+def test_biases_follow_writes_through_data():
+    # `.data` writes (old-style init, EMA copies) bump no version counter: T5's and KERPLE's
+    # score_mod inputs are built per call, so such a write reaches the next call (a kept
+    # float copy of T5's bf16 table, or KERPLE's softplus, would keep the old numbers)
+    g = torch.Generator().manual_seed(4)
+    qs, ks = SHAPES["decode"]
+    q, k, v = (torch.randn(s, generator=g) for s in (qs, ks, ks))
+    for enc in (KERPLE(HEADS), T5RelativeBias(HEADS).to(torch.bfloat16)):
+        with torch.no_grad():
+            attend(q, k, v, enc, backend="flex")
+            for p in enc.parameters():
+                p.data.mul_(1.5).add_(0.25)
+            after = attend(q, k, v, enc, backend="flex")
+            want = attend(q, k, v, enc, backend="sdpa")
+        torch.testing.assert_close(after, want, rtol=1e-5, atol=1e-5)
+
+
 def _cells(fn):
     return {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__,
                                                 strict=True)}  # fmt: skip

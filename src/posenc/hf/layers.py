@@ -208,9 +208,9 @@ def window(cfg, kind):
 
 
 def rotates(cfg, model_type, kind, i):
-    """Whether layer ``i`` (of type ``kind``, whose type has rope parameters) rotates."""
-    if kind in NO_ATTENTION or model_type in NO_POSITION:
-        return False
+    """Whether layer ``i`` (of type ``kind``, whose type has rope parameters) rotates (for
+    an attention layer: a layer without attention, or of a ``NO_POSITION`` model type, has
+    no rope parameters to begin with)."""
     windowed = kind == "sliding_attention" and cfg.get("sliding_window") is not None
     if model_type in ROPE_IF_WINDOW:
         return windowed

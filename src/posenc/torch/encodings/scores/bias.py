@@ -204,7 +204,7 @@ class T5RelativeBias(_ScoreBias):
     def score_mod(self, q_positions, k_positions):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
         self._materialize(self.weight.device)
-        table = _kept(self, "table", (self.weight,), lambda w: w.float())  # (buckets, heads)
+        table = self.weight.float()  # (buckets, heads); per call: `.data` writes bump no version
         bucket, md = self.bucket, self.max_distance
         qpos, kpos = (
             position_at(q_positions, bucket.device),

@@ -98,8 +98,9 @@ class KERPLE(_ScoreBias):
 
     def score_mod(self, q_positions, k_positions):
         q_positions, k_positions = check_score_positions(q_positions, k_positions)
-        device, raw = self.raw_r1.device, (self.raw_r1, self.raw_r2)
-        r1, r2 = _kept(self, "r", raw, lambda *_: (self.r1.float(), self.r2.float()))
+        device = self.raw_r1.device
+        # built per call (two tiny ops), never kept: a write through `.data` bumps no version
+        r1, r2 = self.r1.float(), self.r2.float()  # (heads,)
         qpos, kpos = position_at(q_positions, device), position_at(k_positions, device)
 
         variant = self.variant
@@ -179,9 +180,12 @@ class FIRE(_ScoreBias):
         Below the threshold :math:`L` the bias depends on :math:`|i - j|` alone: when no
         query is past :math:`L`, the MLP runs once per distinct distance, a
         ``(distances, heads)`` table; otherwise once per query and distance. The table is
-        kept until the parameters or the lengths change (no call reads a value back: the
-        largest positions are those of ranges, or the bounds the host already knows of
-        tensor positions, such as a KV cache's; their tables grow by doubling). Positions
+        kept until the lengths or a parameter change (replaced, moved, cast or written in
+        place: its version counter), so no call reads a value back (the largest positions
+        are those of ranges, or the bounds the host already knows of tensor positions, such
+        as a KV cache's; their tables grow by doubling). Write the parameters under
+        ``torch.no_grad()``, as optimizers and ``load_state_dict`` do: a write through
+        ``.data`` bumps no version counter, and a kept table would not see it. Positions
         of unknown bounds, queries past :math:`L` at positions that do not follow each
         other, and traced calls materialise :meth:`score_bias` (the default).
 

@@ -1,0 +1,77 @@
+"""Per-layer rules of particular model types, read from the ``config.json`` people download,
+against transformers' own config classes (the oracle: ``Config.from_dict`` of the same file).
+
+Each case varies what a saved file may or may not hold (a key left out so the class default
+applies, a depth where the pattern shows, a ``layer_types`` unlike the default pattern, the
+smallest accepted value) and asks posenc's schedule for what HF's config object says; a
+refusal must name the key as a word (not inside another name).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from posenc.hf import schedule_from_hf
+
+transformers = pytest.importorskip("transformers")
+
+TINY = {"hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+        "max_position_embeddings": 64, "vocab_size": 64, "pad_token_id": 0, "bos_token_id": 1,
+        "eos_token_id": 2}  # fmt: skip
+
+
+def _names(key):
+    """A ``match=`` pattern for an error that names ``key`` as a whole word."""
+    return rf"(?<![\w.]){re.escape(key)}(?!\w)"
+
+
+def _windows(config):
+    """Per layer, the window HF's attention gets from a config object (None: full)."""
+    return [config.sliding_window if t == "sliding_attention" else None
+            for t in config.layer_types]  # fmt: skip
+
+
+def _modernbert(**given):
+    """A saved ModernBERT-decoder config.json without its layer keys, plus ``given``."""
+    from transformers import ModernBertDecoderConfig
+
+    saved = ModernBertDecoderConfig(**TINY, cls_token_id=1, sep_token_id=2).to_dict()
+    for key in ("layer_types", "sliding_window", "global_attn_every_n_layers", "local_attention"):
+        saved.pop(key, None)  # what a file may leave out: the class default then
+    return saved | given
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"num_hidden_layers": 7},  # every 3rd layer full (the class default), window 128 // 2
+        {"num_hidden_layers": 7, "global_attn_every_n_layers": 2, "local_attention": 9},
+        {"num_hidden_layers": 4, "global_attn_every_n_layers": 1, "local_attention": 2},
+        {"num_hidden_layers": 4, "local_attention": 6,
+         "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                         "sliding_attention"]},  # unlike the default pattern
+    ],
+    ids=["defaults", "every-2", "every-1", "layer-types"],
+)  # fmt: skip
+def test_modernbert_decoder_layers_are_those_of_its_config_class(given):
+    from transformers import ModernBertDecoderConfig
+
+    saved = _modernbert(**given)
+    want = _windows(ModernBertDecoderConfig.from_dict(dict(saved)))
+    assert [layer["window"] for layer in schedule_from_hf(saved)["layers"]] == want
+
+
+@pytest.mark.parametrize(
+    "given, key",
+    [
+        ({"local_attention": 1}, "local_attention"),  # window 1 // 2 = 0: no key at all
+        ({"local_attention": 0}, "local_attention"),  # HF: sliding_window = -1
+        ({"global_attn_every_n_layers": 0}, "global_attn_every_n_layers"),
+    ],
+)  # fmt: skip
+def test_modernbert_decoder_values_hf_cannot_use_are_refused_by_name(given, key):
+    saved = _modernbert(num_hidden_layers=3, **given)
+    with pytest.raises(ValueError, match=_names(key)):
+        schedule_from_hf(saved)
