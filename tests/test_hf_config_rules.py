@@ -75,3 +75,33 @@ def test_modernbert_decoder_values_hf_cannot_use_are_refused_by_name(given, key)
     saved = _modernbert(num_hidden_layers=3, **given)
     with pytest.raises(ValueError, match=_names(key)):
         schedule_from_hf(saved)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"first_k_dense_replace": 2},  # layer 2, full attention, is the first sparse one
+        {},  # no dense prefix: no layer is forced to rotate
+        {"first_k_dense_replace": 2, "prefix_dense_sliding_window_pattern": 2},  # none forced
+    ],
+    ids=["dense-2", "no-prefix", "pattern-2"],
+)  # fmt: skip
+def test_cohere2_moe_rotates_where_its_attention_does(given):
+    # Cohere2MoeAttention rotates ``if self.sliding_window is not None or self.force_rope``;
+    # force_rope on the dense prefix (mlp_layer_types, which the class derives from
+    # first_k_dense_replace when a file leaves it out) when the prefix pattern is 1
+    from test_schedule_from_hf import _attention_layers, _has_rope
+    from transformers import Cohere2MoeConfig
+
+    from posenc.torch import Schedule
+
+    kinds = ["full_attention"] * 3 + ["sliding_attention"]
+    saved = Cohere2MoeConfig(**TINY, num_hidden_layers=4, sliding_window=4).to_dict()
+    saved = {k: v for k, v in saved.items() if k not in ("mlp_layer_types",
+                                                         "first_k_dense_replace")}
+    saved |= {"layer_types": kinds} | given
+    attentions = _attention_layers("cohere2_moe", "Cohere2MoeAttention",
+                                   Cohere2MoeConfig.from_dict(dict(saved)))  # fmt: skip
+    want = [a.sliding_window is not None or a.force_rope for a in attentions]
+    schedule = Schedule.from_hf(saved)
+    assert [_has_rope(schedule.encoding_of(i)) for i in range(4)] == want

@@ -215,11 +215,9 @@ def rotates(cfg, model_type, kind, i):
     if model_type in ROPE_IF_WINDOW:
         return windowed
     if model_type in ROPE_IF_WINDOW_OR_DENSE:
-        dense = cfg.get("mlp_layer_types") or [
-            "dense" if j < (cfg.get("first_k_dense_replace") or 0) else "sparse"
-            for j in range(i + 1)
-        ]
-        forced = dense[i] == "dense" and cfg.get("prefix_dense_sliding_window_pattern", 1) == 1
+        mlp = cfg.get("mlp_layer_types")  # else the class derives it: dense below the k
+        dense = mlp[i] == "dense" if mlp else i < (cfg.get("first_k_dense_replace") or 0)
+        forced = dense and cfg.get("prefix_dense_sliding_window_pattern", 1) == 1
         return windowed or forced
     if model_type in ROPE_IF_SLIDING_OR_NO_WINDOW:
         return cfg.get("sliding_window") is None or kind == "sliding_attention"
