@@ -105,3 +105,12 @@ def test_cohere2_moe_rotates_where_its_attention_does(given):
     want = [a.sliding_window is not None or a.force_rope for a in attentions]
     schedule = Schedule.from_hf(saved)
     assert [_has_rope(schedule.encoding_of(i)) for i in range(4)] == want
+
+
+@pytest.mark.parametrize("keep", [0, -3])
+def test_doge_keep_window_size_below_one_is_refused_by_name(keep):
+    # DogeAttention keeps the top keep_window_size keys per query: none kept is no attention
+    saved = transformers.AutoConfig.for_model("doge", **TINY, num_hidden_layers=1).to_dict()
+    saved |= {"sliding_window": 3, "keep_window_size": keep}
+    with pytest.raises(ValueError, match=rf"^keep_window_size must be >= 1, got {keep}$"):
+        schedule_from_hf(saved)
