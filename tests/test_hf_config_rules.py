@@ -114,3 +114,26 @@ def test_doge_keep_window_size_below_one_is_refused_by_name(keep):
     saved |= {"sliding_window": 3, "keep_window_size": keep}
     with pytest.raises(ValueError, match=rf"^keep_window_size must be >= 1, got {keep}$"):
         schedule_from_hf(saved)
+
+
+@pytest.mark.parametrize("given", [{"keep_window_size": 1, "sliding_window": 1}, {}],
+                         ids=["keep-1", "class-default"])  # fmt: skip
+def test_doge_reads_keep_window_size_as_its_class_does(given):
+    # a file without keep_window_size keeps the class default: a query seeing exactly that
+    # many keys (its RoPE's max_len) is read, one more is refused
+    cls = transformers.CONFIG_MAPPING["doge"]
+    keep = given.get("keep_window_size", cls().keep_window_size)
+    saved = cls(**TINY, num_hidden_layers=1).to_dict()
+    del saved["keep_window_size"]
+    saved |= given
+    for seen, ok in ((keep, True), (keep + 1, False)):
+        if "sliding_window" not in given:
+            saved["max_position_embeddings"] = seen
+        elif not ok:
+            saved["sliding_window"] = seen
+        if ok:
+            (layer,) = schedule_from_hf(saved)["layers"]
+            assert min(n for n in (layer["window"], layer["rope"]["max_len"]) if n) == keep
+        else:
+            with pytest.raises(ValueError, match=rf"keep_window_size={keep}: layer 0 lets"):
+                schedule_from_hf(saved)
