@@ -137,3 +137,18 @@ def test_doge_reads_keep_window_size_as_its_class_does(given):
         else:
             with pytest.raises(ValueError, match=rf"keep_window_size={keep}: layer 0 lets"):
                 schedule_from_hf(saved)
+
+
+def test_doge_refusal_names_what_a_query_sees():
+    cls = transformers.CONFIG_MAPPING["doge"]
+    saved = cls(**TINY, num_hidden_layers=1).to_dict() | {"keep_window_size": 2,
+                                                          "sliding_window": 3}  # fmt: skip
+    with pytest.raises(ValueError) as err:
+        schedule_from_hf(saved)
+    assert str(err.value) == (
+        "Schedule.from_hf cannot reproduce doge with keep_window_size=2: layer 0 lets a query "
+        "see 3 keys (sliding_window=3, max_position_embeddings=64), and where they outnumber "
+        "keep_window_size HF keeps the top ones by a content score (a dynamic mask), which no "
+        "position scheme expresses: set sliding_window or max_position_embeddings <= "
+        "keep_window_size"
+    )
