@@ -46,8 +46,9 @@ def test_muse_nope_layers_follow_layer_rope_theta(name):
     # Muse*TextModel: position_embeddings if config.layer_rope_theta[i] else None; one rotary
     # embedding at rope_theta (the class derives 0 every 4th layer counted from the last)
     cls = getattr(transformers, name)
-    for kw in ({}, {"layer_rope_theta": [0, 5e5, 0, 1e4, 7.0]}):
-        cfg = cls(num_hidden_layers=5, **kw)
+    cases = [(5, {}), (6, {}), (5, {"layer_rope_theta": [0, 5e5, 0, 1e4, 7.0]})]
+    for depth, kw in cases:  # depth 6: counted from the last layer, not the first
+        cfg = cls(num_hidden_layers=depth, **kw)
         base = cfg.rope_parameters["rope_theta"]
         assert 0 in cfg.layer_rope_theta and any(cfg.layer_rope_theta)
         d = cfg.to_dict()
