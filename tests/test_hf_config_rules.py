@@ -152,3 +152,51 @@ def test_doge_refusal_names_what_a_query_sees():
         "position scheme expresses: set sliding_window or max_position_embeddings <= "
         "keep_window_size"
     )
+
+
+@pytest.mark.parametrize("given", [{}, {"global_head_dim": 384}], ids=["default", "384"])
+def test_gemma4_full_layer_width_of_a_file_without_per_layer_config(given):
+    # Gemma4TextConfig derives per_layer_config: head_dim = global_head_dim (default 512) on
+    # the full-attention layers; the oracle is HF's attention built from the same file
+    from test_schedule_from_hf import _attention_layers
+
+    from posenc.torch import Schedule
+
+    saved = transformers.Gemma4TextConfig(num_hidden_layers=6).to_dict()
+    for key in ("per_layer_config", "global_head_dim"):
+        saved.pop(key, None)
+    saved |= given
+    back = transformers.Gemma4TextConfig.from_dict(dict(saved))
+    want = [a.head_dim for a in _attention_layers("gemma4", "Gemma4TextAttention", back)]
+    assert len(set(want)) == 2  # the full layers' width differs from the sliding ones'
+    s = Schedule.from_hf(saved)
+    assert [_width(s.encoding_of(i)) for i in range(6)] == want
+
+
+@pytest.mark.parametrize("given", [{}, {"swa_head_dim": 224, "swa_qk_nope_head_dim": 160}],
+                         ids=["default", "given"])  # fmt: skip
+def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
+    # Dots3NoteTextConfig gives its sliding layers swa_head_dim (256), swa_qk_nope_head_dim
+    # (192) and swa_qk_rope_head_dim (their difference) where a file gives no per_layer_config
+    from test_schedule_from_hf import _attention_layers
+
+    from posenc.torch import ChannelSlice, Schedule
+
+    saved = transformers.Dots3NoteTextConfig(num_hidden_layers=3).to_dict()
+    for key in ("per_layer_config", "swa_head_dim", "swa_qk_nope_head_dim",
+                "swa_qk_rope_head_dim"):  # fmt: skip
+        saved.pop(key, None)
+    saved |= given
+    back = transformers.Dots3NoteTextConfig.from_dict(dict(saved))
+    attentions = _attention_layers("dots3_note", "Dots3NoteTextAttention", back)
+    s = Schedule.from_hf(saved)
+    for i, attn in enumerate(attentions):
+        sliced = next(m for m in s.encoding_of(i).modules() if isinstance(m, ChannelSlice))
+        assert (sliced.start, sliced.width) == (attn.qk_nope_head_dim, attn.qk_rope_head_dim), i
+
+
+def _width(encoding):
+    """The head width of the RotaryEmbedding inside an encoding's wrappers."""
+    while not hasattr(encoding, "head_dim"):
+        encoding = encoding.inner
+    return encoding.head_dim
