@@ -173,7 +173,7 @@ def test_gemma4_full_layer_width_of_a_file_without_per_layer_config(given):
     assert [_width(s.encoding_of(i)) for i in range(6)] == want
 
 
-@pytest.mark.parametrize("given", [{}, {"swa_head_dim": 224, "swa_qk_nope_head_dim": 160}],
+@pytest.mark.parametrize("given", [{}, {"swa_head_dim": 224, "swa_qk_nope_head_dim": 128}],
                          ids=["default", "given"])  # fmt: skip
 def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
     # Dots3NoteTextConfig gives its sliding layers swa_head_dim (256), swa_qk_nope_head_dim
