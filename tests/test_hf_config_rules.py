@@ -159,6 +159,7 @@ def test_gemma4_full_layer_width_of_a_file_without_per_layer_config(given):
     # Gemma4TextConfig derives per_layer_config: head_dim = global_head_dim (default 512) on
     # the full-attention layers; the oracle is HF's attention built from the same file
     from test_schedule_from_hf import _attention_layers
+    from test_schedule_from_hf_rows import _rope
 
     from posenc.torch import Schedule
 
@@ -170,7 +171,7 @@ def test_gemma4_full_layer_width_of_a_file_without_per_layer_config(given):
     want = [a.head_dim for a in _attention_layers("gemma4", "Gemma4TextAttention", back)]
     assert len(set(want)) == 2  # the full layers' width differs from the sliding ones'
     s = Schedule.from_hf(saved)
-    assert [_width(s.encoding_of(i)) for i in range(6)] == want
+    assert [_rope(s.encoding_of(i)).head_dim for i in range(6)] == want
 
 
 @pytest.mark.parametrize("given", [{}, {"swa_head_dim": 224, "swa_qk_nope_head_dim": 128}],
@@ -194,9 +195,3 @@ def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
         sliced = next(m for m in s.encoding_of(i).modules() if isinstance(m, ChannelSlice))
         assert (sliced.start, sliced.width) == (attn.qk_nope_head_dim, attn.qk_rope_head_dim), i
 
-
-def _width(encoding):
-    """The head width of the RotaryEmbedding inside an encoding's wrappers."""
-    while not hasattr(encoding, "head_dim"):
-        encoding = encoding.inner
-    return encoding.head_dim
