@@ -97,8 +97,9 @@ def test_cohere2_moe_rotates_where_its_attention_does(given):
 
     kinds = ["full_attention"] * 3 + ["sliding_attention"]
     saved = Cohere2MoeConfig(**TINY, num_hidden_layers=4, sliding_window=4).to_dict()
-    saved = {k: v for k, v in saved.items() if k not in ("mlp_layer_types",
-                                                         "first_k_dense_replace")}
+    saved = {
+        k: v for k, v in saved.items() if k not in ("mlp_layer_types", "first_k_dense_replace")
+    }
     saved |= {"layer_types": kinds} | given
     attentions = _attention_layers("cohere2_moe", "Cohere2MoeAttention",
                                    Cohere2MoeConfig.from_dict(dict(saved)))  # fmt: skip
@@ -194,4 +195,3 @@ def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
     for i, attn in enumerate(attentions):
         sliced = next(m for m in s.encoding_of(i).modules() if isinstance(m, ChannelSlice))
         assert (sliced.start, sliced.width) == (attn.qk_nope_head_dim, attn.qk_rope_head_dim), i
-
