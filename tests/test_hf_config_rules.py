@@ -195,3 +195,26 @@ def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
     for i, attn in enumerate(attentions):
         sliced = next(m for m in s.encoding_of(i).modules() if isinstance(m, ChannelSlice))
         assert (sliced.start, sliced.width) == (attn.qk_nope_head_dim, attn.qk_rope_head_dim), i
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"swa_qk_rope_head_dim": 32}, {"per_layer_config": {"2": {"head_dim": 256,
+     "qk_nope_head_dim": 192, "qk_rope_head_dim": 32}}}],
+    ids=["swa", "per_layer_config"],
+)  # fmt: skip
+def test_dots3_sliding_widths_that_do_not_add_up_are_refused_as_hf_does(given):
+    # Dots3NoteTextConfig: "SWA head_dim must equal qk_nope_head_dim + qk_rope_head_dim"; posenc
+    # read the given rotated width and built a 32-wide slice of a 256-wide head HF never builds
+    from posenc.torch import Schedule
+
+    saved = transformers.Dots3NoteTextConfig(num_hidden_layers=3).to_dict()
+    for key in ("per_layer_config", "swa_head_dim", "swa_qk_nope_head_dim",
+                "swa_qk_rope_head_dim"):  # fmt: skip
+        saved.pop(key, None)
+    saved |= given
+    with pytest.raises(Exception, match="SWA head_dim must equal"):  # a validation error
+        transformers.Dots3NoteTextConfig.from_dict(dict(saved))
+    with pytest.raises(ValueError, match=r"layer 2 \(sliding_attention\): head_dim=256 must be "
+                       r"qk_nope_head_dim \+ qk_rope_head_dim, got 192 \+ 32"):  # fmt: skip
+        Schedule.from_hf(saved)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from posenc.hf.windows import WINDOWED, applies_window
+from posenc.hf.windows import BIDIRECTIONAL, BIDIRECTIONAL_FLAG, WINDOWED, applies_window
 
 # Layer types whose layers have no attention, and so no position (HF's
 # ALLOWED_LAYER_TYPES: "linear_attention" is a recurrent layer -- Mamba, Mamba-2, Gated
@@ -88,26 +88,6 @@ ROPE_IF_KEY = {
 # GraniteMoeSWAModel: one rotary embedding per nonzero entry, default rope_theta everywhere
 LAYER_THETA = {"muse_glimmer_text": (False, 4), "muse_spark_text": (False, 4),
                "granite_swa": (True, 0), "granitemoe_swa": (True, 0)}  # fmt: skip
-# Windows that look both ways (|i - j| <= w), which posenc's look-back windows cannot build:
-# model types whose windows always do, and why (OpenAI's privacy filter, whose every layer
-# does, is refused whole: posenc.hf.schedule.NO_SCHEDULE)
-BIDIRECTIONAL = {
-    "modernbert": "ModernBertModel's local attention is create_bidirectional_sliding_window_mask "
-                  "(|i - j| <= local_attention // 2)",
-    "ultrabert": "UltraBertModel's sliding layers use create_bidirectional_sliding_window_mask",
-    "muse_glimmer_assistant": "MuseGlimmerAssistantModel's sliding layers use "
-                              "create_bidirectional_sliding_window_mask",
-    "embedding_gemma2_text": "EmbeddingGemma2TextModel's sliding layers use "
-                             "create_bidirectional_sliding_window_mask",
-    "neomme": "NeoMMEModel's sliding layers use create_bidirectional_sliding_window_mask",
-}  # fmt: skip
-# ... and those whose windows do where a config flag is set: model type -> (flag, why)
-BIDIRECTIONAL_FLAG = {
-    # Gemma3TextModel (EmbeddingGemma): or_mask_function=_bidirectional_window_overlay
-    "gemma3_text": "Gemma3TextModel ORs its sliding masks with |i - j| < sliding_window",
-    # Step3p7's text model (a step3p5 config): the same overlay
-    "step3p5": "its text model ORs its sliding masks with |i - j| < sliding_window",
-}
 
 
 # The settings of one layer posenc reads from HF's per_layer_config (layer index -> the settings
@@ -279,8 +259,15 @@ def per_layer(cfg, model_type, types):
     # a saved config's keys are strings, zero-padded ("05"); an object's per-layer-type views
     # are read by attribute (posenc.hf.config.layer_settings)
     given = {int(i): e for i, e in given.items() if str(i).isdigit() and isinstance(e, Mapping)}
-    return [{k: given.get(i, {}).get(k) for k in PER_LAYER_KEYS
-             if given.get(i, {}).get(k) is not None} for i in range(len(types))]  # fmt: skip
+    out = [{k: given.get(i, {}).get(k) for k in PER_LAYER_KEYS
+            if given.get(i, {}).get(k) is not None} for i in range(len(types))]  # fmt: skip
+    for i, e in enumerate(out):  # Dots3NoteTextConfig refuses such sliding layers too
+        if model_type in SWA_WIDTHS and types[i] == "sliding_attention" and len(e) == 3 and \
+                e["head_dim"] != e["qk_nope_head_dim"] + e["qk_rope_head_dim"]:  # fmt: skip
+            raise ValueError(f"layer {i} (sliding_attention): head_dim={e['head_dim']} must be "
+                             f"qk_nope_head_dim + qk_rope_head_dim, got {e['qk_nope_head_dim']} + "
+                             f"{e['qk_rope_head_dim']}")  # fmt: skip
+    return out
 
 
 def _class_per_layer(cfg, model_type, types):

@@ -28,7 +28,7 @@ from posenc.hf.model_types import MODEL_TYPES
 # posenc.hf.layers.layer_types) -- a {"full_attention": create_causal_mask, "sliding_attention":
 # create_sliding_window_causal_mask} mapping in the model's forward;
 # "every": every attention layer (posenc.hf.settled.SLIDE_EVERY_LAYER);
-# "both": windows that look both ways (refused: posenc.hf.layers.BIDIRECTIONAL, NO_SCHEDULE,
+# "both": windows that look both ways (refused: BIDIRECTIONAL below, NO_SCHEDULE,
 # or for their RoPE -- except T5Gemma's module config and T5Gemma 2's text config, whose
 # decoder's windows look back and encoder's both ways: posenc reads them looking back);
 # "own": a rule of its own (its mask reads the window; posenc reads those types as before).
@@ -79,6 +79,28 @@ WINDOWED = {
         "unlimited_ocr", "voxtral_realtime", "embedding_gemma2", "exaone4_5",
     ), "text model"),
 }  # fmt: skip
+
+# Windows that look both ways (|i - j| <= w), which posenc's look-back windows cannot build:
+# model types whose windows always do, and why (OpenAI's privacy filter, whose every layer
+# does, is refused whole: posenc.hf.schedule.NO_SCHEDULE); posenc.hf.layers.refuse_bidirectional
+# refuses them
+BIDIRECTIONAL = {
+    "modernbert": "ModernBertModel's local attention is create_bidirectional_sliding_window_mask "
+                  "(|i - j| <= local_attention // 2)",
+    "ultrabert": "UltraBertModel's sliding layers use create_bidirectional_sliding_window_mask",
+    "muse_glimmer_assistant": "MuseGlimmerAssistantModel's sliding layers use "
+                              "create_bidirectional_sliding_window_mask",
+    "embedding_gemma2_text": "EmbeddingGemma2TextModel's sliding layers use "
+                             "create_bidirectional_sliding_window_mask",
+    "neomme": "NeoMMEModel's sliding layers use create_bidirectional_sliding_window_mask",
+}  # fmt: skip
+# ... and those whose windows do where a config flag is set: model type -> (flag, why)
+BIDIRECTIONAL_FLAG = {
+    # Gemma3TextModel (EmbeddingGemma): or_mask_function=_bidirectional_window_overlay
+    "gemma3_text": "Gemma3TextModel ORs its sliding masks with |i - j| < sliding_window",
+    # Step3p7's text model (a step3p5 config): the same overlay
+    "step3p5": "its text model ORs its sliding masks with |i - j| < sliding_window",
+}
 
 
 def applies_window(model_type):
