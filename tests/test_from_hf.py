@@ -477,6 +477,9 @@ def test_legacy_su_is_longrope_which_hf_5_23_cannot_load():
     scaling = from_hf(PHI3_MINI_128K)["scaling"]
     assert isinstance(scaling, LongRoPE) and scaling.factor == 32.0
     assert scaling.short_factor[5] == 1.1500000000000001 and scaling.long_factor[-1] > 64
+    # a model type HF does not know (Phi-3-small's remote-code "phi3small" says "su" too)
+    other = {**copy.deepcopy(PHI3_MINI_128K), "model_type": "phi3small"}
+    assert from_hf(other, pairing="half")["scaling"] == scaling
     # Phi3Config also renames "yarn" to "longrope" (its early configs said "yarn")
     phi = copy.deepcopy(PHI35_MINI)
     phi["rope_scaling"]["type"] = "yarn"

@@ -209,3 +209,17 @@ def test_a_known_model_type_given_a_pairing_keeps_its_own_layer_rules():
     assert transformers.AutoConfig.for_model("cohere2").sliding_window == 4096
     with pytest.raises(ValueError, match="cannot be read as Schedule.from_hf reads them"):
         RotaryEmbedding.from_hf(base | {"model_type": "cohere2"}, pairing="interleaved")
+
+
+def test_the_layer_type_hint_names_only_the_attention_types():
+    # a refusal names the layer types layer_type= can build (Llama 4: its chunked layers
+    # rotate, its full ones do not); a layer without attention is never offered
+    transformers = pytest.importorskip("transformers")
+    saved = transformers.AutoConfig.for_model("llama4_text", num_hidden_layers=4).to_dict()
+    hint = r"\(layer_type= one of \['chunked_attention', 'full_attention'\] builds"
+    with pytest.raises(ValueError, match=hint):
+        RotaryEmbedding.from_hf(saved)
+    saved["layer_types"] = ["chunked_attention", "linear_attention"] + ["chunked_attention"] * 2
+    with pytest.raises(ValueError, match="layer 3 .chunked_attention. has no RoPE") as caught:
+        RotaryEmbedding.from_hf(saved)  # no_rope_layers' 0 is layer 3
+    assert "layer_type=" not in str(caught.value)  # one attention type: nothing to choose

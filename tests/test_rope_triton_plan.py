@@ -54,6 +54,7 @@ def test_eight_rows_of_four_heads_take_two_warps():
     x = torch.empty(1, 4, 8, 64)
     plan = rope_triton.plan([(x, torch.empty(1, 1, 8, 32, 2), _new(x))])
     assert (plan.block_s, plan.block_h, plan.heads_per, plan.warps) == (8, 32, 4, 2)
+    assert type(plan.warps) is int  # Triton's num_warps: 2.0 is not a launch setting
     assert plan.copy_bound == 2 * 4 * 8 * 64 * 4  # 16384
     assert plan.bytes_issued == 16384 + 8 * 2 * 32 * 4  # + 2048
 
