@@ -173,7 +173,11 @@ def mutation(session: nox.Session) -> None:
     to mutate some modules only (``-- --max-children 2 "posenc.torch.cache.*"``); the
     score and the surviving mutants are printed at the end. ``mutmut show <name>`` shows one.
     Per-module scores accumulate in ``benchmarks/results/mutation.json`` (run module by
-    module; survivors judged equivalent go in ``tools/mutation_equivalent.json``).
+    module; survivors judged equivalent go in ``tools/mutation_equivalent.json``). For code
+    changed since the last complete record, ``tools/mutation_sample.py draw`` (from the
+    ``mutants/`` folder's parent, after any run) names a seeded random sample, ``mutmut run``
+    those names, then ``tools/mutation_sample.py score`` writes its score and interval
+    (``benchmarks/results/mutation_sample.json``).
     """
     _install(session, "test")
     session.install("mutmut==3.8.1", *CONSTRAINTS)

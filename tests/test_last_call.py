@@ -234,3 +234,18 @@ def test_a_causal_flag_that_is_an_array_or_a_tensor_is_planned_every_call(causal
     assert first.shape == again.shape
     with pytest.raises(ValueError, match="backend must be one of"):
         attend(q, k, v, backend=["sdpa"])
+
+
+def test_the_same_call_again_is_served_by_the_kept_call(monkeypatch):
+    # what keeping it is for: the repeated call neither keys nor recalls a plan (host time)
+    from posenc.torch.attention import reuse
+
+    keyed, call_key = [], reuse.call_key
+    monkeypatch.setattr(reuse, "call_key", lambda *a: keyed.append(a) or call_key(*a))
+    for encoding in (RotaryEmbedding(D, max_len=64), ALiBi(H), None):
+        q, k, v = _qkv()
+        with torch.no_grad():
+            first = attend(q, k, v, encoding, backend="sdpa")
+            keyed.clear()
+            again = attend(q, k, v, encoding, backend="sdpa")
+        assert keyed == [] and torch.equal(first, again), encoding

@@ -328,3 +328,16 @@ def test_64_bit_offsets():
         kernels.rotate(x, cs, "half", inplace=True)
     want = kernels.rotate(x[:, :1].clone().fill_(1), cs, "half", impl="eager")
     assert torch.equal(x[:, -1:], want)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_autograd_under_a_dispatch_mode_rotates_with_the_custom_ops(pairing):
+    # under a TorchDispatchMode (FlopCounterMode here; make_fx and FakeTensorMode likewise) a
+    # plain autograd.Function is not recorded: the custom ops rotate, with the same pairing
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for x in _qk(torch.float32):
+        x.requires_grad_()
+        with kernels.use("triton"), FlopCounterMode(display=False):
+            got = apply_rope(x, POS, pairing=pairing)
+        _check(got.detach(), _ref(x.detach(), POS, pairing=pairing), torch.float32)
