@@ -341,3 +341,8 @@ def test_autograd_under_a_dispatch_mode_rotates_with_the_custom_ops(pairing):
         with kernels.use("triton"), FlopCounterMode(display=False):
             got = apply_rope(x, POS, pairing=pairing)
         _check(got.detach(), _ref(x.detach(), POS, pairing=pairing), torch.float32)
+    q, k = (x.detach().requires_grad_() for x in _qk(torch.float32))
+    with kernels.use("triton"), FlopCounterMode(display=False):  # q and k in one op
+        got = RotaryEmbedding(HD, pairing=pairing, max_len=64).encode_qk(q, k, POS, POS)
+    for x, y in zip((q, k), got, strict=True):
+        _check(y.detach(), _ref(x.detach(), POS, pairing=pairing), torch.float32)
