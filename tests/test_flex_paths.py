@@ -240,3 +240,22 @@ def test_compiled_documents_are_checked_as_eager_ones_are():
         want = lm(idx, documents=torch.tensor([[0, 0, 0, 1, 1, 1]]))
     torch.testing.assert_close(good, want)
     torch._dynamo.reset()
+
+
+def test_tensor_positions_without_limits_take_the_plain_causal_mask():
+    # causal and unpadded, positions given as tensors (not ranges): the block mask is the
+    # shape's causal one, with no range starts to read (ALiBi's bias reads the positions)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, HEADS, 9, HD, generator=g) for _ in range(3))
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [3, 4, 5, 6, 7, 8, 9, 10, 11]])
+    kw = {"causal": True, "key_valid": None, "heads": HEADS, "dtype": q.dtype,
+          "device": q.device, "start": 0, "full_kv": False}  # fmt: skip
+    with torch.no_grad():
+        sdpa = plan(ALiBi(HEADS), pos, pos, backend="sdpa", **kw)
+        dense = _run(q, k, v, sdpa, HD**-0.5)
+        release(sdpa)
+        step = plan(ALiBi(HEADS), pos, pos, backend="flex", **kw)
+        flex = flex_attention(
+            q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=HD**-0.5
+        )
+    torch.testing.assert_close(flex, dense, rtol=0, atol=1e-5)

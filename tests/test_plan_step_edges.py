@@ -122,6 +122,9 @@ def test_allowed_slots_are_built_on_the_device_asked_for(causal):
     on_cpu = mask_mod._allowed(2, 4, causal, key_valid, "cpu")  # the values, for reference
     want = [[True, False, True, not causal], [True, False, True, True]]
     assert on_cpu[0, 0].tolist() == want
+    docs = torch.tensor([[0, 0, 1, 1]])  # and document ids on the CPU, likewise
+    allowed = mask_mod._allowed(4, 4, causal, None, "meta", documents=(docs, docs))
+    assert allowed.device.type == "meta" and allowed.shape == (1, 1, 4, 4)
 
 
 def test_the_math_kernel_is_forced_only_for_a_transformed_cpu_mask():
