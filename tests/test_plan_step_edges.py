@@ -249,3 +249,22 @@ def _release_or_record(step, errors):
         mask_mod.release(step)  # another thread: its workspace, not this step's
     except Exception as e:  # noqa: BLE001 - reported by the test
         errors.append(e)
+
+
+def test_a_narrower_v_is_padded_to_the_query_width_for_the_fused_kernels(monkeypatch):
+    # MLA's heads: q and k 16 wide, v 8; SDPA's fused kernels need one width, so v is
+    # zero-padded (2-5x faster than the math kernel) and the output cut back to v's width
+    import torch.nn.functional as F
+
+    widths, sdpa = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda q, k, v, *a, **kw: widths.append(v.shape[-1]) or sdpa(q, k, v, *a, **kw))  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 5, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64)
+    pos = torch.arange(5)[None]
+    out = core_mod.attend(q, k, v, None, q_positions=pos, k_positions=pos, backend="sdpa")
+    assert widths == [16] and out.shape == (1, 2, 5, 8)
+    hidden = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    s = (q @ k.transpose(-1, -2) / 4).masked_fill(hidden, float("-inf"))
+    torch.testing.assert_close(out, s.softmax(-1) @ v, rtol=0, atol=1e-12)
