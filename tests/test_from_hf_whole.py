@@ -41,9 +41,11 @@ MISTRAL4 = {  # [nope 32 | rope 32] heads: HF rotates the trailing 32 channels
 }  # fmt: skip
 
 REFUSED = {
-    "ministral3 dict": (lambda: MINISTRAL3, None, "query temperature"),
+    "ministral3 dict": (lambda: MINISTRAL3, None, "'ministral3': layer 0 has a query temperature"),
     "ministral3": (lambda: _config("ministral3", head_dim=32), None, "query temperature"),
-    "mistral4 dict": (lambda: MISTRAL4, None, "trailing channels"),
+    "mistral4 dict": (lambda: MISTRAL4, None, "layer 0 has its rotation on the trailing "
+                      "channels from 32 on (HF's [nope | rope] head), where a RoPE rotates "
+                      "the leading ones"),
     "mistral4": (lambda: _config("mistral4", qk_nope_head_dim=16, qk_rope_head_dim=16),
                  None, "trailing channels"),
     "deepseek_v3": (lambda: _config("deepseek_v3", qk_nope_head_dim=16, qk_rope_head_dim=16),

@@ -257,8 +257,12 @@ def test_a_narrower_v_is_padded_to_the_query_width_for_the_fused_kernels(monkeyp
     import torch.nn.functional as F
 
     widths, sdpa = [], F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention",
-                        lambda q, k, v, *a, **kw: widths.append(v.shape[-1]) or sdpa(q, k, v, *a, **kw))  # fmt: skip
+
+    def recording(q, k, v, *args, **kwargs):
+        widths.append(v.shape[-1])
+        return sdpa(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, 2, 5, 16, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64)

@@ -95,8 +95,8 @@ def score(sample: dict) -> dict:
         scored = c["killed"] + len(c["survived"])
         total["killed"] += c["killed"]
         total["scored"] += scored
-        modules[module] = {**entry, **c, "score": round(c["killed"] / scored, 4) if scored else None,
-                           "interval95": wilson(c["killed"], scored)}  # fmt: skip
+        rate = round(c["killed"] / scored, 4) if scored else None
+        modules[module] = {**entry, **c, "score": rate, "interval95": wilson(c["killed"], scored)}
     k, n = total["killed"], total["scored"]
     return {**sample, "modules": modules, "killed": k, "scored": n,
             "score": round(k / n, 4) if n else None, "interval95": wilson(k, n)}  # fmt: skip
@@ -114,16 +114,24 @@ def main(argv=None):
     if args.step == "draw":
         rng, drawn = random.Random(args.seed), {}
         for module, names in sorted(frame(json.loads(args.record.read_text())["modules"]).items()):
-            n = len(names) if len(names) <= args.min else max(args.min, math.ceil(args.fraction * len(names)))
+            n = (
+                len(names)
+                if len(names) <= args.min
+                else max(args.min, math.ceil(args.fraction * len(names)))
+            )
             drawn[module] = {"frame": len(names), "sample": sorted(rng.sample(names, n))}
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        out = {"drawn_at": head, "record": str(args.record), "fraction": args.fraction, "min": args.min,
-               "seed": args.seed, "modules": drawn}  # fmt: skip
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        out = {"drawn_at": head, "record": str(args.record), "fraction": args.fraction,
+               "min": args.min, "seed": args.seed, "modules": drawn}  # fmt: skip
     else:
         out = score(json.loads(args.out.read_text()))
         for module, e in out["modules"].items():
-            print(f"{module:45} {e['killed']:3} killed {len(e['survived']):2} survived "
-                  f"{len(e['equivalent']):2} equivalent {e['not run']:3} not run  {e['score']}")
+            print(
+                f"{module:45} {e['killed']:3} killed {len(e['survived']):2} survived "
+                f"{len(e['equivalent']):2} equivalent {e['not run']:3} not run  {e['score']}"
+            )
         print(f"overall {out['killed']}/{out['scored']} = {out['score']}, 95 % {out['interval95']}")
     args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
 
