@@ -175,6 +175,15 @@ def test_gemma4_full_layer_width_of_a_file_without_per_layer_config(given):
     assert [_rope(s.encoding_of(i)).head_dim for i in range(6)] == want
 
 
+def _dots3_without_sliding_widths():
+    """A Dots 3 config.json as saved, less what gives its sliding layers their widths."""
+    saved = transformers.Dots3NoteTextConfig(num_hidden_layers=3).to_dict()
+    for key in ("per_layer_config", "swa_head_dim", "swa_qk_nope_head_dim",
+                "swa_qk_rope_head_dim"):  # fmt: skip
+        saved.pop(key, None)
+    return saved
+
+
 @pytest.mark.parametrize("given", [{}, {"swa_head_dim": 224, "swa_qk_nope_head_dim": 128}],
                          ids=["default", "given"])  # fmt: skip
 def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
@@ -184,11 +193,7 @@ def test_dots3_sliding_slice_of_a_file_without_per_layer_config(given):
 
     from posenc.torch import ChannelSlice, Schedule
 
-    saved = transformers.Dots3NoteTextConfig(num_hidden_layers=3).to_dict()
-    for key in ("per_layer_config", "swa_head_dim", "swa_qk_nope_head_dim",
-                "swa_qk_rope_head_dim"):  # fmt: skip
-        saved.pop(key, None)
-    saved |= given
+    saved = _dots3_without_sliding_widths() | given
     back = transformers.Dots3NoteTextConfig.from_dict(dict(saved))
     attentions = _attention_layers("dots3_note", "Dots3NoteTextAttention", back)
     s = Schedule.from_hf(saved)
@@ -208,11 +213,7 @@ def test_dots3_sliding_widths_that_do_not_add_up_are_refused_as_hf_does(given):
     # read the given rotated width and built a 32-wide slice of a 256-wide head HF never builds
     from posenc.torch import Schedule
 
-    saved = transformers.Dots3NoteTextConfig(num_hidden_layers=3).to_dict()
-    for key in ("per_layer_config", "swa_head_dim", "swa_qk_nope_head_dim",
-                "swa_qk_rope_head_dim"):  # fmt: skip
-        saved.pop(key, None)
-    saved |= given
+    saved = _dots3_without_sliding_widths() | given
     with pytest.raises(Exception, match="SWA head_dim must equal"):  # a validation error
         transformers.Dots3NoteTextConfig.from_dict(dict(saved))
     with pytest.raises(ValueError, match=r"layer 2 \(sliding_attention\): head_dim=256 must be "
