@@ -219,3 +219,21 @@ def test_dots3_sliding_widths_that_do_not_add_up_are_refused_as_hf_does(given):
     with pytest.raises(ValueError, match=r"layer 2 \(sliding_attention\): head_dim=256 must be "
                        r"qk_nope_head_dim \+ qk_rope_head_dim, got 192 \+ 32"):  # fmt: skip
         Schedule.from_hf(saved)
+
+
+def test_falcon_without_an_alibi_key_rotates_as_its_class_default():
+    # FalconConfig's alibi defaults to False: a config.json without the key rotates (RoPE in
+    # FalconAttention), as one with "alibi": false does; with "alibi": true posenc refuses
+    from test_schedule_from_hf import _has_rope
+
+    from posenc.torch import Schedule
+
+    saved = transformers.FalconConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=2
+    ).to_dict()
+    saved.pop("alibi")
+    assert transformers.FalconConfig.from_dict(dict(saved)).alibi is False
+    s = Schedule.from_hf(saved)
+    assert [_has_rope(s.encoding_of(i)) for i in range(2)] == [True, True]
+    with pytest.raises(ValueError, match="ALiBi"):
+        Schedule.from_hf(saved | {"alibi": True})
