@@ -237,3 +237,19 @@ def test_falcon_without_an_alibi_key_rotates_as_its_class_default():
     assert [_has_rope(s.encoding_of(i)) for i in range(2)] == [True, True]
     with pytest.raises(ValueError, match="ALiBi"):
         Schedule.from_hf(saved | {"alibi": True})
+
+
+def test_a_file_without_num_hidden_layers_is_refused_as_hf_refuses_it():
+    # a Gemma 3 config.json without num_hidden_layers: the class default (26) disagrees with
+    # its 4 layer_types and HF refuses it; posenc does too, naming the key (only NemotronH
+    # counts its layers from its layer types: a property of its class)
+    from posenc.torch import Schedule
+
+    saved = transformers.Gemma3TextConfig(
+        num_hidden_layers=4, hidden_size=64, num_attention_heads=2, head_dim=32
+    ).to_dict()
+    saved.pop("num_hidden_layers")
+    with pytest.raises(Exception, match=r"`num_hidden_layers` \(26\) must be equal"):
+        transformers.Gemma3TextConfig.from_dict(dict(saved))
+    with pytest.raises(ValueError, match="num_hidden_layers >= 1, got None"):
+        Schedule.from_hf(saved)

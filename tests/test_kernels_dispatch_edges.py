@@ -392,3 +392,21 @@ def test_a_table_that_requires_grad_is_recorded_even_when_x_does_not():
     torch.testing.assert_close(cs.grad, torch.stack([want_cos, want_sin], -1), rtol=0, atol=1e-12)
     with torch.no_grad():
         assert kernels.mode(x, cs) == "plain"
+
+
+def test_a_whole_head_rotation_copies_no_empty_tail(monkeypatch):
+    # the expression path joins an unrotated tail back only where there is one: a full-width
+    # rotation is returned as computed (a join with an empty tail is one more copy a call)
+    from posenc.torch.kernels.rope_eager import rotate_expr
+
+    x, cs = torch.randn(1, 2, 3, 8), torch.randn(3, 4, 2)  # (b, h, s, d), (s, d // 2, 2)
+    joins, cat = [], torch.cat
+    monkeypatch.setattr(
+        torch, "cat", lambda ts, *a, **kw: joins.append(len(ts)) or cat(ts, *a, **kw)
+    )
+    rotate_expr(x, cs, "interleaved")
+    assert joins == []
+    rotate_expr(x, cs, "half")
+    assert joins == [2]  # its two halves
+    rotate_expr(x, cs[:, :2], "interleaved")  # 4 of 8 channels: the tail joins
+    assert joins == [2, 2]

@@ -230,5 +230,6 @@ def test_encoder_windows_that_look_both_ways_are_refused(model_type):
     src = Path(transformers.__file__).parent / "models"
     text = "".join(p.read_text() for p in src.glob("t5gemma*/modeling_t5gemma*.py"))
     assert "create_bidirectional_sliding_window_mask" in text and "is_causal=False" in text
-    with pytest.raises(ValueError, match=f"{model_type}.*bidirectional"):
+    why = r"bidirectional \(an encoder's: posenc.hf.windows.WINDOWED\)"
+    with pytest.raises(ValueError, match=f"{model_type}.*{why}"):
         schedule_from_hf(cfg)
