@@ -399,3 +399,15 @@ def test_vmapped_documents_are_checked_and_kept_as_eager_ones_are():
     why = "document id steps must be non-negative, got -1; documents must not decrease along a row"
     with raises_exactly(why):
         torch.func.vmap(run)(torch.tensor([[[0, 0, 1, 1, 1]], [[0, 1, 0, 0, 0]]]))
+
+
+def test_real_positions_stay_on_the_device_of_the_mask():
+    # meta stands in for a GPU: every tensor made on the way follows the mask's device
+    from posenc.torch.documents import real_positions
+
+    real = torch.tensor([[False, True, True, True, True]])
+    docs = torch.tensor([[0, 0, 0, 1, 1]])
+    want = real_positions(real, docs)
+    assert want.tolist() == [[0, 0, 1, 0, 1]]
+    got = real_positions(real.to("meta"), docs.to("meta"))
+    assert got.device.type == "meta" and got.shape == want.shape

@@ -259,3 +259,25 @@ def test_tensor_positions_without_limits_take_the_plain_causal_mask():
             q, k, v, score_mod=step.score_mod, block_mask=step.block_mask, scale=HD**-0.5
         )
     torch.testing.assert_close(flex, dense, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("limits", [(3, None), (None, 4)], ids=["window", "chunk"])
+def test_plain_causal_block_mask_counts_a_window_from_the_range_starts(limits):
+    # three queries at positions 6-8 over keys 0-8 (queries last), ranges: the block mask of
+    # the shape, whose window and chunk count positions from the ranges' starts
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, HEADS, 3, HD, generator=g)
+    k, v = (torch.randn(1, HEADS, 9, HD, generator=g) for _ in range(2))
+    kw = {"causal": True, "key_valid": None, "heads": HEADS, "dtype": q.dtype,
+          "device": q.device, "start": 6, "full_kv": False, "limits": limits}  # fmt: skip
+    with torch.no_grad():
+        sdpa = plan(NoPE(), range(6, 9), range(9), backend="sdpa", **kw)
+        dense = _run(q, k, v, sdpa, HD**-0.5)
+        release(sdpa)
+        step = plan(NoPE(), range(6, 9), range(9), backend="flex", **kw)
+        flex = flex_attention(q, k, v, block_mask=step.block_mask, scale=HD**-0.5)
+    i, j = torch.arange(6, 9)[:, None], torch.arange(9)[None]  # float64 reference below
+    seen = (j <= i) & ((i - j < 3) if limits[0] else (i // 4 == j // 4))
+    s = (q.double() @ k.double().transpose(-1, -2) * HD**-0.5).masked_fill(~seen, float("-inf"))
+    torch.testing.assert_close(dense.double(), s.softmax(-1) @ v.double(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(flex, dense, rtol=0, atol=1e-5)

@@ -142,3 +142,14 @@ def test_threads_share_kept_masks_safely():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_the_size_bound_of_a_kept_mask_counts_its_heads():
+    # 8 heads of 384 x 384 scores: 1.18 M elements, over MAX_ELEMENTS (2**20), though one
+    # head's 147 k is not; without a head count (a bias shared by the heads) one head counts
+    alibi, args = ALiBi(8), (True, torch.float32, "cpu", (None, None))
+    big, small = range(384), range(64)
+    assert 384 * 384 < reuse.MAX_ELEMENTS < 8 * 384 * 384
+    assert reuse.key(alibi, big, big, args[0], 8, *args[1:]) is None
+    assert reuse.key(alibi, small, small, args[0], 8, *args[1:]) is not None
+    assert reuse.key(alibi, small, small, args[0], None, *args[1:]) is not None
