@@ -346,3 +346,21 @@ def test_autograd_under_a_dispatch_mode_rotates_with_the_custom_ops(pairing):
         got = RotaryEmbedding(HD, pairing=pairing, max_len=64).encode_qk(q, k, POS, POS)
     for x, y in zip((q, k), got, strict=True):
         _check(y.detach(), _ref(x.detach(), POS, pairing=pairing), torch.float32)
+
+
+def test_plain_autograd_rotates_through_the_function_not_the_custom_ops(monkeypatch):
+    # outside transforms and dispatch modes a plain autograd.Function costs less host time
+    # than a custom op: the custom ops must not be reached (they would give the same numbers)
+    from posenc.torch.kernels import rope_triton_ops
+
+    def refuse(*args):
+        raise AssertionError("custom op called in plain autograd")
+
+    monkeypatch.setattr(rope_triton_ops, "rope", refuse)
+    monkeypatch.setattr(rope_triton_ops, "rope_qk", refuse)
+    q, k = (x.requires_grad_() for x in _qk(torch.float32))
+    with kernels.use("triton"):
+        got = RotaryEmbedding(HD, max_len=64).encode_qk(q, k, POS, POS)
+        one = apply_rope(q, POS)
+    for x, y in zip((q, k, q), (*got, one), strict=True):
+        _check(y.detach(), _ref(x.detach(), POS), torch.float32)

@@ -14,7 +14,10 @@ of each module's frame (at least ``--min``, or all of a smaller frame) is drawn 
 ``score``: reads the sample and mutmut's results for its names (``mutmut run NAME ...``),
 counts them as ``tools/mutation_score.py`` does (equivalent survivors, with their reasons in
 ``tools/mutation_equivalent.json``, leave the score) and writes per-module and overall scores
-with a Wilson 95 % interval into the same file.
+with a Wilson 95 % interval into the same file. A survivor of a run that predates the test
+written for it counts as killed where the sample's ``killed_by_test`` names that test (the
+mutant run by hand: ``MUTANT_UNDER_TEST=<name> PYTHONPATH=mutants/src pytest <test>`` from
+``mutants/``, seen failing) -- until a ``mutmut run <name>`` replaces it with mutmut's verdict.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
 
 def score(sample: dict) -> dict:
     codes, equivalent = results(), json.loads(EQUIVALENT.read_text())
+    by_test = sample.get("killed_by_test", {})
     modules, total = {}, {"killed": 0, "scored": 0}
     for module, entry in sample["modules"].items():
         c = {"killed": 0, "survived": [], "equivalent": [], "not run": 0}
@@ -88,7 +92,7 @@ def score(sample: dict) -> dict:
             code = codes.get(name)
             if code is None:
                 c["not run"] += 1
-            elif code in KILLED:
+            elif code in KILLED or (code in SURVIVED and name in by_test):
                 c["killed"] += 1
             elif code in SURVIVED | NO_TESTS:
                 c["equivalent" if name in equivalent else "survived"].append(name)
