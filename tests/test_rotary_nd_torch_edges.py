@@ -79,6 +79,8 @@ def test_max_len_boundary():
         AxialRotaryEmbedding(4, max_len=0)
     with raises_exactly("max_len must be >= 1, got 0"):
         MRoPE(6, sections=(1, 1, 1), max_len=0)
+    with raises_exactly("head_dim must be even, got 7"):
+        MRoPE(7, sections=(1, 1, 1))
     with raises_exactly("max_len must be an integer, got 1.5"):
         AxialRotaryEmbedding(4, max_len=1.5)
 
