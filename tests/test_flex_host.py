@@ -250,3 +250,19 @@ def test_cached_step_blocks_cover_every_visible_key(filled):
     seen = (j <= slot) & (valid[0] | (j == slot))
     weights = scores.masked_fill(~seen, float("-inf")).softmax(-1)
     torch.testing.assert_close(got.double(), weights @ v.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_fire_reads_its_learned_threshold_once_while_training(monkeypatch):
+    # the threshold L is a learned parameter (it requires grad); the plan reads it on the host
+    # once and keeps it until the parameter changes, not once a call
+    fire = FIRE(4, hidden=8, threshold=3.0)
+    assert fire.log_threshold.requires_grad and torch.is_grad_enabled()
+    reads, to_float = [], torch.Tensor.__float__
+    monkeypatch.setattr(torch.Tensor, "__float__", lambda t: reads.append(t) or to_float(t))
+    for _ in range(3):
+        fire.score_mod(range(6), range(6))
+    assert len(reads) == 1
+    with torch.no_grad():
+        fire.log_threshold.add_(0.5)  # a step of the optimizer: read again
+    fire.score_mod(range(6), range(6))
+    assert len(reads) == 2
