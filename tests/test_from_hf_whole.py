@@ -226,3 +226,18 @@ def test_the_layer_type_hint_names_only_the_attention_types():
     with pytest.raises(ValueError, match="layer 3 .chunked_attention. has no RoPE") as caught:
         RotaryEmbedding.from_hf(saved)  # no_rope_layers' 0 is layer 3
     assert "layer_type=" not in str(caught.value)  # one attention type: nothing to choose
+
+
+def test_a_rope_read_otherwise_than_the_schedule_reads_it_is_refused(monkeypatch):
+    # RotaryEmbedding.from_hf reads the config with posenc.hf.from_hf and checks the result
+    # against Schedule.from_hf's reading of the same layers: a reader that drifted (here one
+    # made to read the base wrong) is refused, not built
+    from posenc.hf import from_hf
+    from posenc.torch.encodings.qk import rope as rope_module
+
+    cfg = {"hidden_size": 64, "num_attention_heads": 2, "rope_theta": 5e5,
+           "max_position_embeddings": 64}  # fmt: skip
+    assert RotaryEmbedding.from_hf(cfg).base == 5e5
+    monkeypatch.setattr(rope_module, "from_hf", lambda *a, **kw: from_hf(*a, **kw) | {"base": 1e4})
+    with pytest.raises(ValueError, match=r"its layers' RoPE is \{.*'base': 500000.0.*\}, not"):
+        RotaryEmbedding.from_hf(cfg)
