@@ -410,3 +410,16 @@ def test_a_whole_head_rotation_copies_no_empty_tail(monkeypatch):
     assert joins == [2]  # its two halves
     rotate_expr(x, cs[:, :2], "interleaved")  # 4 of 8 channels: the tail joins
     assert joins == [2, 2]
+
+
+def test_table_rows_are_gathered_onto_the_device_asked_for():
+    # a module's table on one device, the rotation on another (meta stands in for a GPU):
+    # the rows go where they are asked for, else stay with the table
+    from posenc.torch.kernels.rows import TableRows
+
+    table = torch.arange(40.0).view(10, 2, 2)  # (rows, r // 2, 2)
+    for positions in (range(2, 5), torch.tensor([[2, 3, 4]])):
+        rows = TableRows(table, positions)
+        assert torch.equal(rows.gather(), table[2:5][None])  # (1, seq, r // 2, 2)
+        moved = rows.gather("meta")
+        assert moved.device.type == "meta" and moved.shape == (1, 3, 2, 2)

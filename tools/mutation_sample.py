@@ -14,10 +14,10 @@ of each module's frame (at least ``--min``, or all of a smaller frame) is drawn 
 ``score``: reads the sample and mutmut's results for its names (``mutmut run NAME ...``),
 counts them as ``tools/mutation_score.py`` does (equivalent survivors, with their reasons in
 ``tools/mutation_equivalent.json``, leave the score) and writes per-module and overall scores
-with a Wilson 95 % interval into the same file. A survivor of a run that predates the test
-written for it counts as killed where the sample's ``killed_by_test`` names that test (the
-mutant run by hand: ``MUTANT_UNDER_TEST=<name> PYTHONPATH=mutants/src pytest <test>`` from
-``mutants/``, seen failing) -- until a ``mutmut run <name>`` replaces it with mutmut's verdict.
+with a Wilson 95 % interval into the same file. A mutant mutmut did not run, or whose survival
+predates the test written for it, counts as killed where the sample's ``killed_by_test`` names
+a test seen failing with it (run by hand from ``mutants/``: ``MUTANT_UNDER_TEST=<name>
+PYTHONPATH=src pytest <test>``) -- until a ``mutmut run <name>`` gives mutmut's own verdict.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import random
 import subprocess
 from pathlib import Path
 
-from mutation_score import EQUIVALENT, KILLED, NO_TESTS, SURVIVED, module_of
+from mutation_score import EQUIVALENT, NO_TESTS, SURVIVED, module_of
 
 
 def functions(source: str | None) -> dict[str, str]:
@@ -90,12 +90,16 @@ def score(sample: dict) -> dict:
         c = {"killed": 0, "survived": [], "equivalent": [], "not run": 0}
         for name in entry["sample"]:
             code = codes.get(name)
-            if code is None:
-                c["not run"] += 1
-            elif code in KILLED or (code in SURVIVED and name in by_test):
+            if code in SURVIVED | {None} and name in by_test:
                 c["killed"] += 1
+            elif code in SURVIVED | NO_TESTS | {None} and name in equivalent:
+                c["equivalent"].append(name)  # judged by reading it, run or not
+            elif code is None:
+                c["not run"] += 1
             elif code in SURVIVED | NO_TESTS:
-                c["equivalent" if name in equivalent else "survived"].append(name)
+                c["survived"].append(name)
+            else:  # a failed test, a timeout or a crash (-11): as mutation_score.py counts
+                c["killed"] += 1
         scored = c["killed"] + len(c["survived"])
         total["killed"] += c["killed"]
         total["scored"] += scored
