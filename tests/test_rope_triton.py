@@ -364,3 +364,17 @@ def test_plain_autograd_rotates_through_the_function_not_the_custom_ops(monkeypa
         one = apply_rope(q, POS)
     for x, y in zip((q, k, q), (*got, one), strict=True):
         _check(y.detach(), _ref(x.detach(), POS), torch.float32)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_queries_and_keys_at_their_own_positions_share_one_launch(grad):
+    # a decode-like step: three queries at the last positions, nine keys at all of them (two
+    # tables of rows, not one), rotated together
+    q9, k = _qk(torch.float32)
+    q, qpos = q9[:, :, 6:].contiguous(), POS[:, 6:]
+    q.requires_grad_(grad)
+    k.requires_grad_(grad)
+    with kernels.use("triton"), torch.set_grad_enabled(grad):
+        got = RotaryEmbedding(HD, max_len=64).encode_qk(q, k, qpos, POS)
+    _check(got[0].detach(), _ref(q.detach(), qpos), torch.float32)
+    _check(got[1].detach(), _ref(k.detach(), POS), torch.float32)
