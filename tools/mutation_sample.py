@@ -92,12 +92,10 @@ def score(sample: dict) -> dict:
             code = codes.get(name)
             if code in SURVIVED | {None} and name in by_test:
                 c["killed"] += 1
-            elif code in SURVIVED | NO_TESTS | {None} and name in equivalent:
-                c["equivalent"].append(name)  # judged by reading it, run or not
-            elif code is None:
+            elif code is None:  # (an equivalent judged unrun may name another mutant of old)
                 c["not run"] += 1
             elif code in SURVIVED | NO_TESTS:
-                c["survived"].append(name)
+                c["equivalent" if name in equivalent else "survived"].append(name)
             else:  # a failed test, a timeout or a crash (-11): as mutation_score.py counts
                 c["killed"] += 1
         scored = c["killed"] + len(c["survived"])
