@@ -19,6 +19,11 @@ LAYER_TYPES = (
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 NO_EQUIVALENT = {  # named in transformers 5.23.0 but not a 1-D RoPE posenc can express
     "axial": "'axial' is the multi-axis RoPE of vision models (2-D/3-D positions)",
+    # what posenc.hf.use writes into a model's config where the scheme runs in posenc's
+    # attention (posenc.hf.saved): HF then refuses to build the model without posenc
+    "posenc": "the config of a model that posenc.hf.use changed (its scheme runs in "
+              "posenc's attention): load it with posenc.hf.from_pretrained(model_class, "
+              "path, scheme)",
 }
 # Model types whose rotation posenc cannot express, and why (from_hf refuses them by name)
 UNSUPPORTED = {

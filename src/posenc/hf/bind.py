@@ -1,0 +1,277 @@
+"""``use``: a posenc position scheme put into a loaded transformers model, in place.
+
+Two ways in, chosen per model (:func:`use` says which in ``model.posenc_path``):
+
+* ``"rotary"``: the scheme is RoPE that HF's own attention can apply -- each layer type's
+  layers share one :class:`~posenc.torch.RotaryEmbedding` in the model's pairing and rotary
+  width, with the model's own windows, chunks and wrappers -- so the model's ``rotary_emb``
+  is replaced (:class:`~posenc.hf.hooks.Rotary`) and HF's attention, masks and caches run
+  as before;
+* ``"attention"``: anything else (score biases, xPos, PoPE, NoPE layers, another window)
+  runs in posenc's :func:`~posenc.torch.attend`, registered with transformers'
+  ``AttentionInterface`` as ``"posenc"``; HF's rotation becomes the identity.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from torch import nn
+
+from posenc.hf import hooks, saved
+from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.qk.rope import RotaryEmbedding
+from posenc.torch.encodings.qk.temperature import QueryTemperature
+from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor, _Wrapped
+from posenc.torch.model.schedule import Schedule
+
+__all__ = ["use"]
+
+# model types whose attention module multiplies the queries by a temperature itself
+# (Llama4TextAttention on its NoPE layers; Ministral 3's and Mistral 4's llama_4_scaling_beta)
+OWN_TEMPERATURE = frozenset(("llama4", "llama4_text", "ministral3", "mistral4"))
+
+
+def use(model, scheme, *, backend="auto"):
+    """Put a posenc position scheme into a transformers model, in place.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A decoder (``LlamaForCausalLM``, ``Gemma3ForCausalLM``, their base models, ...):
+        its base model holds ``layers`` and ``rotary_emb``.
+    scheme : PositionalEncoding, Schedule or dict
+        One encoding for every layer, a :class:`~posenc.torch.Schedule` of one
+        :class:`~posenc.torch.Layer` per ``num_hidden_layers``, or a config dict read by
+        :meth:`Schedule.from_hf <posenc.torch.Schedule.from_hf>`. A layer's
+        :class:`~posenc.torch.SoftmaxFactor` (or Llama 4's query temperature) equal to what
+        the model's attention applies itself is taken as the model's, applied once.
+    backend : {"auto", "sdpa", "flex"}
+        posenc's attention backend, where the scheme runs in it.
+
+    Returns
+    -------
+    model
+        The same model. ``model.posenc_path`` is ``"rotary"`` (HF's attention with posenc's
+        cos and sin) or ``"attention"`` (posenc's ``attend`` in every attention layer); the
+        encodings are submodules (``model.posenc_encodings``): their parameters train and
+        move with the model.
+
+    Raises
+    ------
+    ValueError
+        For a scheme with the wrong number of layers, an encoding whose width or heads do
+        not fit the model's attention, a model without ``rotary_emb`` or whose attention
+        does not go through transformers' ``AttentionInterface``, a layer without
+        attention given an encoding.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> from posenc.hf import use
+    >>> from posenc.torch import ALiBi
+    >>> cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
+    ...     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    >>> model = use(transformers.LlamaForCausalLM(cfg), ALiBi(4))
+    >>> model.posenc_path, model(torch.tensor([[1, 2, 3]])).logits.shape
+    ('attention', torch.Size([1, 3, 32]))
+    """
+    base = _base(model)
+    if isinstance(base.rotary_emb, (hooks.Rotary, hooks.Unrotated)):
+        raise ValueError("posenc.hf.use was called on this model before: load it afresh")
+    config = base.config
+    schedule = _schedule(scheme, config)
+    modules = _attention_modules(base, len(schedule))
+    own = _own(config)
+    for i, (layer, module) in enumerate(zip(schedule, modules, strict=True)):
+        if module is None and layer.encoding is not None:
+            raise ValueError(f"layer {i} of {type(base).__name__} has no attention, but the "
+                             f"scheme gives it {type(layer.encoding).__name__}")  # fmt: skip
+    ropes = _rotary_fit(schedule, own, config, modules)
+    if ropes is not None:
+        base.rotary_emb = hooks.Rotary(ropes)
+        _keep(model, base, schedule, "rotary")
+        return model
+    if not model._can_set_attn_implementation():
+        raise ValueError(f"{type(model).__name__}'s attention does not go through "
+                         "transformers' AttentionInterface: posenc can only replace its "
+                         "rotary_emb, and this scheme needs posenc's attention")  # fmt: skip
+    model_type = getattr(config, "model_type", None)
+    for i, (layer, module) in enumerate(zip(schedule, modules, strict=True)):
+        if module is None:
+            continue
+        enc = _model_wrappers_removed(layer.encoding, own, i, model_type)
+        _check_fit(enc, module, i, config)
+        module.__dict__["posenc_layer"] = hooks.Bound(enc, layer.window, layer.chunk, backend)
+    form = _forms(base, config)
+    base.rotary_emb = hooks.Unrotated(form)
+    hooks.register()
+    model.set_attn_implementation(hooks.NAME)
+    _keep(model, base, schedule, "attention")
+    return model
+
+
+def _base(model):
+    base = getattr(model, "base_model", model)
+    if not hasattr(base, "layers") or not hasattr(base, "rotary_emb"):
+        raise ValueError(f"{type(model).__name__} has no base model with layers and "
+                         "rotary_emb (transformers 5's decoders): posenc cannot put a "
+                         "scheme into it")  # fmt: skip
+    return base
+
+
+def _schedule(scheme, config):
+    depth = getattr(config, "num_hidden_layers", None)
+    if isinstance(scheme, dict):
+        scheme = Schedule.from_hf(scheme)
+    elif isinstance(scheme, PositionalEncoding):
+        if "input" in scheme.places:
+            raise ValueError(f"scheme {type(scheme).__name__} acts on the input embeddings: "
+                             "posenc.hf.use puts schemes into attention")  # fmt: skip
+        scheme = Schedule.uniform(scheme, depth)
+    elif not isinstance(scheme, Schedule):
+        raise ValueError("scheme must be a PositionalEncoding, a Schedule or a config dict, "
+                         f"got {type(scheme).__name__}")  # fmt: skip
+    if scheme.input is not None:
+        raise ValueError(f"the schedule's input encoding {type(scheme.input).__name__} acts "
+                         "on the embeddings: posenc.hf.use puts schemes into attention")  # fmt: skip
+    if len(scheme) != depth:
+        raise ValueError(f"the schedule has {len(scheme)} layers, the model "
+                         f"num_hidden_layers={depth}")  # fmt: skip
+    return scheme
+
+
+def _attention_modules(base, depth):
+    """HF's attention module of each layer (``None`` for a layer without attention)."""
+    found = [None] * depth
+    for module in base.modules():
+        idx = getattr(module, "layer_idx", None)
+        if isinstance(idx, int) and 0 <= idx < depth and found[idx] is None and _attends(
+            type(module)
+        ):  # fmt: skip
+            found[idx] = module
+    return found
+
+
+@functools.cache
+def _attends(cls):
+    """Whether ``cls.forward`` calls transformers' attention interface."""
+    fwd = getattr(cls, "forward", None)
+    try:
+        return fwd is not None and "attention_interface" in inspect.getsource(fwd)
+    except (OSError, TypeError):
+        return False
+
+
+def _own(config):
+    """The model's own schedule, or ``None`` where posenc does not build it."""
+    try:
+        return Schedule.from_hf(config)
+    except ValueError:
+        return None
+
+
+def _peel(enc):
+    """``(wrappers, inner)``: the wrappers' settings outside-in and the innermost encoding."""
+    chain = []
+    while isinstance(enc, _Wrapped):
+        settings = {k: v for k, v in vars(enc).items() if not k.startswith("_")}
+        chain.append((type(enc).__name__, tuple(sorted(settings.items()))))
+        enc = enc.inner
+    return tuple(chain), enc
+
+
+def _rotary_fit(schedule, own, config, modules):
+    """``{layer_type: RotaryEmbedding}`` where HF's attention can apply the scheme, else None."""
+    if own is None or len(own) != len(schedule):
+        return None
+    types = list(getattr(config, "layer_types", None) or [None] * len(schedule))
+    ropes = {}
+    for i, (mine, theirs) in enumerate(zip(schedule, own, strict=True)):
+        if modules[i] is None:
+            continue
+        if mine.limits != theirs.limits or (mine.encoding is None) != (theirs.encoding is None):
+            return None
+        if mine.encoding is None:
+            continue
+        (wrap, rope), (own_wrap, own_rope) = _peel(mine.encoding), _peel(theirs.encoding)
+        if type(rope) is not RotaryEmbedding or type(own_rope) is not RotaryEmbedding:
+            return None
+        if wrap != own_wrap or (rope.head_dim, rope.rotary_dim, rope.pairing) != (
+            own_rope.head_dim, own_rope.rotary_dim, own_rope.pairing
+        ):  # fmt: skip
+            return None
+        key = types[i] if _per_type(config) else None
+        if ropes.setdefault(key, rope) is not rope:
+            return None  # layers of one type with different RoPEs: HF has one per type
+    return ropes or None
+
+
+def _per_type(config):
+    params = getattr(config, "rope_parameters", None)
+    types = set(getattr(config, "layer_types", None) or ())
+    return isinstance(params, dict) and bool(types) and types <= set(params)
+
+
+def _model_wrappers_removed(enc, own, i, model_type):
+    """The layer's encoding without what HF's attention applies itself: an outer
+    :class:`SoftmaxFactor` (HF's ``scaling``), Llama 4's query temperature."""
+    if enc is None:
+        return None
+    theirs = own[i].encoding if own is not None and own[i].attention else None
+    if isinstance(enc, SoftmaxFactor) and isinstance(theirs, SoftmaxFactor) and (
+        abs(enc.factor - theirs.factor) <= 1e-12 * theirs.factor
+    ):  # fmt: skip
+        enc, theirs = enc.inner, theirs.inner
+    if model_type in OWN_TEMPERATURE:
+        own_t = theirs if isinstance(theirs, QueryTemperature) else None
+        mine_t = enc if isinstance(enc, QueryTemperature) else None
+        if own_t is not None and (mine_t is None or _peel(mine_t)[0][0] != _peel(own_t)[0][0]):
+            raise ValueError(f"layer {i}: {model_type}'s attention multiplies the queries by "
+                             "its own temperature, which posenc cannot remove; give the "
+                             "layer that QueryTemperature (Schedule.from_hf's)")  # fmt: skip
+        if mine_t is not None and own_t is not None:
+            enc = enc.inner
+    return enc
+
+
+def _check_fit(enc, module, i, config):
+    if enc is None:
+        return
+    width = getattr(module, "head_dim", None)
+    need = enc.inner if isinstance(enc, ChannelSlice) else enc
+    got = getattr(need, "head_dim", None)
+    if not isinstance(enc, ChannelSlice) and None not in (got, width) and got != width:
+        raise ValueError(f"layer {i}: {type(need).__name__} has head_dim={got}, the "
+                         f"model's attention heads are {width} wide")  # fmt: skip
+    heads = getattr(need, "heads", None)
+    have = getattr(config, "num_attention_heads", None)
+    if heads is not None and have is not None and heads != have:
+        raise ValueError(f"layer {i}: {type(need).__name__} has heads={heads}, the model "
+                         f"num_attention_heads={have}")  # fmt: skip
+
+
+def _forms(base, config):
+    """The form of the model's rotary output (one for every layer type)."""
+    rotary = base.rotary_emb
+    device = next(base.parameters()).device
+    types = sorted(set(getattr(config, "layer_types", None) or ())) if _per_type(config) else []
+    forms = {hooks.probe_form(rotary, config, device, t) for t in types} or {
+        hooks.probe_form(rotary, config, device)
+    }  # fmt: skip
+    if len(forms) > 1:
+        raise ValueError(f"{type(rotary).__name__} returns layer types of different widths "
+                         f"{sorted(forms)}: posenc cannot make its rotation the identity")  # fmt: skip
+    return forms.pop()
+
+
+def _keep(model, base, schedule, path):
+    """The scheme's encodings as submodules of the model (trained, moved, saved once), and
+    the config saying what the model runs (:func:`posenc.hf.saved.mark`)."""
+    base.posenc_encodings = nn.ModuleList(schedule.encodings)
+    model.posenc_path = path
+    model.posenc_schedule = schedule
+    saved.mark(base.config, schedule, path)
+    return model
+
