@@ -1,7 +1,7 @@
 """The Hugging Face bridge: a transformers config read as transformers reads it, as posenc settings.
 
-Pure Python/NumPy except ``use``: transformers is not imported to read a config (a config
-object is read through its ``to_dict()``). The rules mirror transformers 5.23.0 -- ``modeling_rope_utils``
+Pure Python/NumPy: transformers is never imported (a config object is read through its
+``to_dict()``). The rules mirror transformers 5.23.0 -- ``modeling_rope_utils``
 (``standardize_rope_params`` and each ``ROPE_INIT_FUNCTIONS`` entry) and the model classes
 that read RoPE keys their own way -- and are tested against it in ``tests/test_from_hf*.py``.
 
@@ -9,16 +9,14 @@ that read RoPE keys their own way -- and are tested against it in ``tests/test_f
 * ``config``: reading one setting at a time, refusing by name what cannot be read;
 * ``rope`` / ``mrope``: the keyword arguments of ``RotaryEmbedding`` and ``MRoPE``;
 * ``schedule``: every layer of a model (RoPE or none, window, chunk, temperature, slice);
-* ``export``: ``to_hf``, a posenc RoPE scheme as the config keys HF builds it from;
-* ``bind`` and ``hooks``: ``use``, a posenc scheme put into a loaded transformers model
-  (these two import torch and transformers, when ``use`` is first asked for).
+* ``use``, ``to_hf``, ``from_pretrained``: posenc's schemes in transformers models, from
+  :mod:`posenc.torch.hf` (torch; resolved when first asked for, never at import).
 
 Depends on :mod:`posenc.scaling`, never the reverse.
 """
 
 from posenc.hf.axial import axial_from_hf
 from posenc.hf.defaults import HF_VERSION, ROPE_TYPES
-from posenc.hf.export import to_hf
 from posenc.hf.mrope import mrope_from_hf
 from posenc.hf.rope import from_hf
 from posenc.hf.schedule import schedule_from_hf
@@ -37,12 +35,8 @@ __all__ = [
 
 
 def __getattr__(name):
-    if name == "use":  # torch and transformers: imported when use is first asked for
-        from posenc.hf.bind import use
+    if name in ("use", "to_hf", "from_pretrained"):  # the torch side, resolved on first use
+        import posenc.torch.hf
 
-        return use
-    if name == "from_pretrained":
-        from posenc.hf.saved import from_pretrained
-
-        return from_pretrained
+        return getattr(posenc.torch.hf, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ Two ways in, chosen per model (:func:`use` says which in ``model.posenc_path``):
 * ``"rotary"``: the scheme is RoPE that HF's own attention can apply -- each layer type's
   layers share one :class:`~posenc.torch.RotaryEmbedding` in the model's pairing and rotary
   width, with the model's own windows, chunks and wrappers -- so the model's ``rotary_emb``
-  is replaced (:class:`~posenc.hf.hooks.Rotary`) and HF's attention, masks and caches run
+  is replaced (:class:`~posenc.torch.hf.hooks.Rotary`) and HF's attention, masks and caches run
   as before;
 * ``"attention"``: anything else (score biases, xPos, PoPE, NoPE layers, another window)
   runs in posenc's :func:`~posenc.torch.attend`, registered with transformers'
@@ -19,7 +19,8 @@ import inspect
 
 from torch import nn
 
-from posenc.hf import hooks, saved
+from posenc.torch.hf import hooks
+from posenc.torch.hf.export import mark
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.encodings.qk.temperature import QueryTemperature
@@ -268,10 +269,10 @@ def _forms(base, config):
 
 def _keep(model, base, schedule, path):
     """The scheme's encodings as submodules of the model (trained, moved, saved once), and
-    the config saying what the model runs (:func:`posenc.hf.saved.mark`)."""
+    the config saying what the model runs (:func:`posenc.torch.hf.export.mark`)."""
     base.posenc_encodings = nn.ModuleList(schedule.encodings)
     model.posenc_path = path
     model.posenc_schedule = schedule
-    saved.mark(base.config, schedule, path)
+    mark(base.config, schedule, path)
     return model
 

@@ -6,7 +6,11 @@ of RoPE layers becomes ``rope_parameters`` (flat, or per layer type where the mo
 nests them, as Gemma 3's). The result is read back with posenc's rules for the same model
 type, and anything HF would build differently -- another pairing or width, a scaling
 without an HF rope type, a window the config does not give -- raises ``ValueError`` by
-name: a config written here never claims a scheme HF builds otherwise. Pure Python.
+name: a config written here never claims a scheme HF builds otherwise. :func:`mark` writes
+into a ``use``d model's config what it runs: ``to_hf``'s parameters, or, where HF cannot
+build the scheme, ``{"rope_type": "posenc", "saved": <the model's own>}``, which
+transformers refuses to build (its rotary classes know no such type): a saved model never
+reloads as a RoPE model by mistake (:func:`posenc.hf.from_pretrained` reloads it).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from posenc.hf import config as read
 from posenc.hf import convert
 from posenc.scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Proportional, YaRN
 
-__all__ = ["to_hf"]
+__all__ = ["to_hf", "mark"]
+
+MARK = "posenc"  # the rope type of a config whose scheme runs in posenc's attention
 
 # keys that carry RoPE settings outside rope_parameters (dropped: rope_parameters says it all)
 OLD_KEYS = ("rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
@@ -184,3 +190,27 @@ def _differs(i, enc, got, model_type):
                 f"base={e.base:g}, scaling={type(e.scaling).__name__ if e.scaling else None})")
 
     return f"layer {i}: HF's {model_type} would build {say(got)} from the config, not {say(enc)}"
+
+
+def mark(config, schedule, path):
+    """Make ``config`` say what the model now runs (see the module docstring); ``path`` is
+    ``use``'s ``"rotary"`` or ``"attention"``."""
+    old = config.rope_parameters
+    if isinstance(old, dict) and old.get("rope_type") == MARK:
+        old = old["saved"]
+    if path == "rotary":
+        try:
+            config.rope_parameters = to_hf(schedule, config)["rope_parameters"]
+            if _reads_as(config, schedule):  # the object's other keys agree too
+                return
+        except ValueError:
+            pass  # HF cannot express it after all: the marked form below
+    config.rope_parameters = {"rope_type": MARK, "saved": old}
+
+
+def _reads_as(config, schedule):
+    """Whether posenc reads ``config`` (HF's rules) as ``schedule``'s RoPE in every layer."""
+    from posenc.torch import Schedule
+
+    back = Schedule.from_hf(config)
+    return all(_settings(a.encoding) == _settings(b.encoding) for a, b in zip(back, schedule))

@@ -1,47 +1,21 @@
-"""Saving and reloading a model that :func:`posenc.hf.use` changed, without a silent change.
+"""Reloading a model saved after :func:`posenc.hf.use`: :func:`from_pretrained`.
 
-Where the scheme is RoPE that HF builds itself (``use``'s ``"rotary"`` path), the model's
-config gets :func:`~posenc.hf.to_hf`'s ``rope_parameters``: a saved model reloads with plain
-``from_pretrained`` as the same model. Otherwise the config's ``rope_parameters`` become
-``{"rope_type": "posenc", "saved": <the model's own>}``: transformers refuses to build the
-model from it (its rotary class has no such type), so nobody runs a RoPE model by mistake,
-and :func:`from_pretrained` restores the model's own parameters, builds it, puts the scheme
-back with ``use`` and loads the encodings' trained parameters.
+The saved config says what the model runs (:func:`posenc.torch.hf.export.mark`): HF's own
+``rope_parameters`` where HF builds the scheme itself, else ``{"rope_type": "posenc",
+"saved": <the model's own>}``, which transformers refuses to build. :func:`from_pretrained`
+restores the model's own parameters, builds it, puts the scheme back with ``use`` and loads
+the encodings' trained parameters.
 """
 
 from __future__ import annotations
 
 import json
 
-from posenc.hf.export import _settings, to_hf
+from posenc.torch.hf.export import MARK
 
-__all__ = ["mark", "from_pretrained"]
+__all__ = ["from_pretrained"]
 
-MARK = "posenc"
 PREFIX = "posenc_encodings."  # where use keeps the encodings, under the base model
-
-
-def mark(config, schedule, path):
-    """Make ``config`` say what the model now runs (see the module docstring)."""
-    old = config.rope_parameters
-    if isinstance(old, dict) and old.get("rope_type") == MARK:
-        old = old["saved"]
-    if path == "rotary":
-        try:
-            config.rope_parameters = to_hf(schedule, config)["rope_parameters"]
-            if _reads_as(config, schedule):  # the object's other keys agree too
-                return
-        except ValueError:
-            pass  # HF cannot express it after all: the marked form below
-    config.rope_parameters = {"rope_type": MARK, "saved": old}
-
-
-def _reads_as(config, schedule):
-    """Whether posenc reads ``config`` (HF's rules) as ``schedule``'s RoPE in every layer."""
-    from posenc.torch import Schedule
-
-    back = Schedule.from_hf(config)
-    return all(_settings(a.encoding) == _settings(b.encoding) for a, b in zip(back, schedule))
 
 
 def from_pretrained(model_class, path, scheme, **kwargs):
@@ -72,7 +46,7 @@ def from_pretrained(model_class, path, scheme, **kwargs):
     """
     from transformers.utils import cached_file
 
-    from posenc.hf.bind import use
+    from posenc.torch.hf.bind import use
 
     with open(cached_file(str(path), "config.json")) as f:
         d = json.load(f)
