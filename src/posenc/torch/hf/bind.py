@@ -21,7 +21,7 @@ from torch import nn
 
 from posenc.torch.hf import hooks
 from posenc.torch.hf.export import mark
-from posenc.torch.encodings.base import PositionalEncoding
+from posenc.torch.encodings.base import NoPE, PositionalEncoding
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.encodings.qk.temperature import QueryTemperature
 from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor, _Wrapped
@@ -89,7 +89,14 @@ def use(model, scheme, *, backend="auto"):
         if module is None and layer.encoding is not None:
             raise ValueError(f"layer {i} of {type(base).__name__} has no attention, but the "
                              f"scheme gives it {type(layer.encoding).__name__}")  # fmt: skip
-    ropes = _rotary_fit(schedule, own, config, modules)
+    model_type = getattr(config, "model_type", None)
+    mine = [(_positional(layer.encoding, own, i, model_type), layer.limits)
+            for i, layer in enumerate(schedule)]  # fmt: skip
+    theirs = None if own is None else [
+        (_positional(layer.encoding, own, i, model_type), layer.limits)
+        for i, layer in enumerate(own)
+    ]  # fmt: skip
+    ropes = _rotary_fit(mine, theirs, config, modules)
     if ropes is not None:
         base.rotary_emb = hooks.Rotary(ropes)
         _keep(model, base, schedule, "rotary")
@@ -98,12 +105,11 @@ def use(model, scheme, *, backend="auto"):
         raise ValueError(f"{type(model).__name__}'s attention does not go through "
                          "transformers' AttentionInterface: posenc can only replace its "
                          "rotary_emb, and this scheme needs posenc's attention")  # fmt: skip
-    model_type = getattr(config, "model_type", None)
-    for i, (layer, module) in enumerate(zip(schedule, modules, strict=True)):
+    for i, ((enc, _), layer, module) in enumerate(zip(mine, schedule, modules, strict=True)):
         if module is None:
             continue
-        enc = _model_wrappers_removed(layer.encoding, own, i, model_type)
         _check_fit(enc, module, i, config)
+        enc = NoPE() if enc is None else enc
         module.__dict__["posenc_layer"] = hooks.Bound(enc, layer.window, layer.chunk, backend)
     form = _forms(base, config)
     base.rotary_emb = hooks.Unrotated(form)
@@ -183,20 +189,23 @@ def _peel(enc):
     return tuple(chain), enc
 
 
-def _rotary_fit(schedule, own, config, modules):
-    """``{layer_type: RotaryEmbedding}`` where HF's attention can apply the scheme, else None."""
-    if own is None or len(own) != len(schedule):
+def _rotary_fit(mine, own, config, modules):
+    """``{layer_type: RotaryEmbedding}`` where HF's attention can apply the scheme, else None.
+
+    ``mine`` and ``own`` are the scheme's and the model's layers, each ``(encoding, limits)``
+    with what the model's attention applies itself removed (:func:`_positional`)."""
+    if own is None:
         return None
-    types = list(getattr(config, "layer_types", None) or [None] * len(schedule))
+    types = list(getattr(config, "layer_types", None) or [None] * len(mine))
     ropes = {}
-    for i, (mine, theirs) in enumerate(zip(schedule, own, strict=True)):
+    for i, ((enc, limits), (theirs, own_limits)) in enumerate(zip(mine, own, strict=True)):
         if modules[i] is None:
             continue
-        if mine.limits != theirs.limits or (mine.encoding is None) != (theirs.encoding is None):
+        if limits != own_limits or (enc is None) != (theirs is None):
             return None
-        if mine.encoding is None:
+        if enc is None:
             continue
-        (wrap, rope), (own_wrap, own_rope) = _peel(mine.encoding), _peel(theirs.encoding)
+        (wrap, rope), (own_wrap, own_rope) = _peel(enc), _peel(theirs)
         if type(rope) is not RotaryEmbedding or type(own_rope) is not RotaryEmbedding:
             return None
         if wrap != own_wrap or (rope.head_dim, rope.rotary_dim, rope.pairing) != (
@@ -215,10 +224,11 @@ def _per_type(config):
     return isinstance(params, dict) and bool(types) and types <= set(params)
 
 
-def _model_wrappers_removed(enc, own, i, model_type):
+def _positional(enc, own, i, model_type):
     """The layer's encoding without what HF's attention applies itself: an outer
-    :class:`SoftmaxFactor` (HF's ``scaling``), Llama 4's query temperature."""
-    if enc is None:
+    :class:`SoftmaxFactor` equal to the model's own (HF's ``scaling``), Llama 4's query
+    temperature; ``None`` for no position."""
+    if enc is None or type(enc) is NoPE:
         return None
     theirs = own[i].encoding if own is not None and own[i].attention else None
     if isinstance(enc, SoftmaxFactor) and isinstance(theirs, SoftmaxFactor) and (
@@ -234,7 +244,7 @@ def _model_wrappers_removed(enc, own, i, model_type):
                              "layer that QueryTemperature (Schedule.from_hf's)")  # fmt: skip
         if mine_t is not None and own_t is not None:
             enc = enc.inner
-    return enc
+    return None if type(enc) is NoPE else enc
 
 
 def _check_fit(enc, module, i, config):

@@ -71,10 +71,10 @@ def to_hf(scheme, config):
     from posenc.torch import RotaryEmbedding, Schedule
 
     if isinstance(scheme, RotaryEmbedding):
-        layers = [scheme] * int(cfg.get("num_hidden_layers") or 1)
+        layers, factors = [scheme] * int(cfg.get("num_hidden_layers") or 1), None
         windows = None
     elif isinstance(scheme, Schedule):
-        layers = [layer.encoding for layer in scheme]
+        layers, factors = zip(*(_split_factor(layer.encoding) for layer in scheme), strict=True)
         windows = [layer.limits for layer in scheme]
     else:
         raise ValueError(f"scheme must be a RotaryEmbedding or a Schedule of them, got "
@@ -102,7 +102,7 @@ def to_hf(scheme, config):
             raise ValueError(f"model_type {cfg.get('model_type')!r} has one RoPE for every "
                              "layer: the scheme's layers differ")  # fmt: skip
         out["rope_parameters"] = _params(ropes[0])
-    _check_round_trip(out, layers, windows)
+    _check_round_trip(out, layers, windows, factors)
     return out
 
 
@@ -161,8 +161,20 @@ def _settings(rope):
     return (rope.head_dim, rope.rotary_dim, rope.pairing, rates, float(f"{scale:.12e}"), dynamic)
 
 
-def _check_round_trip(out, layers, windows):
-    """Read ``out`` back as posenc reads HF's config; refuse what differs, by layer."""
+def _split_factor(enc):
+    """``(encoding, factor)``: the encoding inside any :class:`SoftmaxFactor` and their product."""
+    from posenc.torch import SoftmaxFactor
+
+    factor = 1.0
+    while isinstance(enc, SoftmaxFactor):
+        enc, factor = enc.inner, factor * enc.factor
+    return (None if type(enc).__name__ == "NoPE" else enc), factor
+
+
+def _check_round_trip(out, layers, windows, factors=None):
+    """Read ``out`` back as posenc reads HF's config; refuse what differs, by layer. The
+    model's own softmax factor (Gemma's ``query_pre_attn_scalar``) is not a position scheme:
+    a layer given none keeps the model's; one given another is refused."""
     from posenc.torch import Schedule
 
     try:
@@ -170,7 +182,11 @@ def _check_round_trip(out, layers, windows):
     except ValueError as err:
         raise ValueError(f"HF would not build this scheme from the config: {err}") from err
     for i, enc in enumerate(layers):
-        got = back[i].encoding
+        got, factor = _split_factor(back[i].encoding)
+        given = 1.0 if factors is None else factors[i]
+        if given != 1.0 and abs(given - factor) > 1e-12 * factor:
+            raise ValueError(f"layer {i}: softmax factor {given} is not the one the config "
+                             f"gives ({factor}): to_hf writes RoPE only")  # fmt: skip
         mine = _settings(enc)
         theirs = _settings(got) if got is None or type(got).__name__ == "RotaryEmbedding" else got
         if mine != theirs:
