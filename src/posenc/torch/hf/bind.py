@@ -280,7 +280,10 @@ def _forms(base, config):
 def _keep(model, base, schedule, path):
     """The scheme's encodings as submodules of the model (trained, moved, saved once), and
     the config saying what the model runs (:func:`posenc.torch.hf.export.mark`)."""
+    weight = next(base.parameters(), None)
     base.posenc_encodings = nn.ModuleList(schedule.encodings)
+    if weight is not None and weight.is_floating_point():  # the model's device and dtype
+        base.posenc_encodings.to(device=weight.device, dtype=weight.dtype)
     model.posenc_path = path
     model.posenc_schedule = schedule
     mark(base.config, schedule, path)
