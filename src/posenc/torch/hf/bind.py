@@ -20,11 +20,11 @@ import inspect
 from torch import nn
 
 from posenc.torch.hf import hooks
-from posenc.torch.hf.export import mark
+from posenc.torch.hf.export import mark, peel
 from posenc.torch.encodings.base import NoPE, PositionalEncoding
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.encodings.qk.temperature import QueryTemperature
-from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor, _Wrapped
+from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
 from posenc.torch.model.schedule import Schedule
 
 __all__ = ["use"]
@@ -97,6 +97,12 @@ def use(model, scheme, *, backend="auto"):
         for i, layer in enumerate(own)
     ]  # fmt: skip
     ropes = _rotary_fit(mine, theirs, config, modules)
+    if ropes is not None:  # in the form the model's own rotary returns, else not this way
+        device = next(base.parameters()).device
+        layouts = {t: hooks.layout_of(base.rotary_emb, own_rope, device, t)
+                   for t, (_, own_rope) in ropes.items()}  # fmt: skip
+        ropes = None if None in layouts.values() else {
+            t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
     if ropes is not None:
         base.rotary_emb = hooks.Rotary(ropes)
         _keep(model, base, schedule, "rotary")
@@ -108,7 +114,22 @@ def use(model, scheme, *, backend="auto"):
     for i, ((enc, _), layer, module) in enumerate(zip(mine, schedule, modules, strict=True)):
         if module is None:
             continue
+        if enc is not None and enc.position_axes != 1:
+            raise ValueError(f"layer {i}: {type(enc).__name__} reads {enc.position_axes} "
+                             "position axes (M-RoPE), which transformers passes to the "
+                             "model's rotary only: posenc puts it in only as the model's "
+                             "own M-RoPE, unchanged")  # fmt: skip
         _check_fit(enc, module, i, config)
+        sinks = [n for n, _ in module.named_parameters(recurse=False) if "sink" in n]
+        if sinks:
+            raise ValueError(f"layer {i}: {type(module).__name__} has learned attention sinks "
+                             f"({sinks[0]}), which posenc's attention does not apply: this "
+                             "model takes RoPE only, through its own attention")  # fmt: skip
+        if enc is not None and "qk" in enc.places and (name := hooks.permutes(module)):
+            raise ValueError(f"layer {i}: {type(module).__name__}'s {name} reorders the "
+                             "channels of q and k before attention, so posenc cannot encode "
+                             f"them there: {type(enc).__name__} on this model goes in only "
+                             "as RoPE in the model's own layout")  # fmt: skip
         enc = NoPE() if enc is None else enc
         module.__dict__["posenc_layer"] = hooks.Bound(enc, layer.window, layer.chunk, backend)
     form = _forms(base, config)
@@ -120,12 +141,12 @@ def use(model, scheme, *, backend="auto"):
 
 
 def _base(model):
-    base = getattr(model, "base_model", model)
-    if not hasattr(base, "layers") or not hasattr(base, "rotary_emb"):
-        raise ValueError(f"{type(model).__name__} has no base model with layers and "
-                         "rotary_emb (transformers 5's decoders): posenc cannot put a "
-                         "scheme into it")  # fmt: skip
-    return base
+    """The module holding the decoder's ``layers`` and ``rotary_emb`` (the base model)."""
+    for base in (getattr(model, "base_model", model), *model.modules()):
+        if hasattr(base, "layers") and hasattr(base, "rotary_emb") and hasattr(base, "config"):
+            return base
+    raise ValueError(f"{type(model).__name__} has no base model with layers and rotary_emb "
+                     "(transformers 5's decoders): posenc cannot put a scheme into it")
 
 
 def _schedule(scheme, config):
@@ -179,18 +200,9 @@ def _own(config):
         return None
 
 
-def _peel(enc):
-    """``(wrappers, inner)``: the wrappers' settings outside-in and the innermost encoding."""
-    chain = []
-    while isinstance(enc, _Wrapped):
-        settings = {k: v for k, v in vars(enc).items() if not k.startswith("_")}
-        chain.append((type(enc).__name__, tuple(sorted(settings.items()))))
-        enc = enc.inner
-    return tuple(chain), enc
-
-
 def _rotary_fit(mine, own, config, modules):
-    """``{layer_type: RotaryEmbedding}`` where HF's attention can apply the scheme, else None.
+    """``{layer_type: (RotaryEmbedding, the model's own)}`` where HF's attention can apply the
+    scheme, else None.
 
     ``mine`` and ``own`` are the scheme's and the model's layers, each ``(encoding, limits)``
     with what the model's attention applies itself removed (:func:`_positional`)."""
@@ -205,7 +217,7 @@ def _rotary_fit(mine, own, config, modules):
             return None
         if enc is None:
             continue
-        (wrap, rope), (own_wrap, own_rope) = _peel(enc), _peel(theirs)
+        (wrap, rope), (own_wrap, own_rope) = peel(enc), peel(theirs)
         if type(rope) is not RotaryEmbedding or type(own_rope) is not RotaryEmbedding:
             return None
         if wrap != own_wrap or (rope.head_dim, rope.rotary_dim, rope.pairing) != (
@@ -213,7 +225,7 @@ def _rotary_fit(mine, own, config, modules):
         ):  # fmt: skip
             return None
         key = types[i] if _per_type(config) else None
-        if ropes.setdefault(key, rope) is not rope:
+        if ropes.setdefault(key, (rope, own_rope))[0] is not rope:
             return None  # layers of one type with different RoPEs: HF has one per type
     return ropes or None
 
@@ -238,7 +250,7 @@ def _positional(enc, own, i, model_type):
     if model_type in OWN_TEMPERATURE:
         own_t = theirs if isinstance(theirs, QueryTemperature) else None
         mine_t = enc if isinstance(enc, QueryTemperature) else None
-        if own_t is not None and (mine_t is None or _peel(mine_t)[0][0] != _peel(own_t)[0][0]):
+        if own_t is not None and (mine_t is None or peel(mine_t)[0][0] != peel(own_t)[0][0]):
             raise ValueError(f"layer {i}: {model_type}'s attention multiplies the queries by "
                              "its own temperature, which posenc cannot remove; give the "
                              "layer that QueryTemperature (Schedule.from_hf's)")  # fmt: skip
@@ -264,17 +276,12 @@ def _check_fit(enc, module, i, config):
 
 
 def _forms(base, config):
-    """The form of the model's rotary output (one for every layer type)."""
+    """The form of the model's rotary output, per layer type where it has one per type."""
     rotary = base.rotary_emb
     device = next(base.parameters()).device
     types = sorted(set(getattr(config, "layer_types", None) or ())) if _per_type(config) else []
-    forms = {hooks.probe_form(rotary, config, device, t) for t in types} or {
-        hooks.probe_form(rotary, config, device)
-    }  # fmt: skip
-    if len(forms) > 1:
-        raise ValueError(f"{type(rotary).__name__} returns layer types of different widths "
-                         f"{sorted(forms)}: posenc cannot make its rotation the identity")  # fmt: skip
-    return forms.pop()
+    forms = {t: hooks.probe_form(rotary, config, device, t) for t in types}
+    return forms or {None: hooks.probe_form(rotary, config, device)}
 
 
 def _keep(model, base, schedule, path):

@@ -8,7 +8,8 @@ type, and anything HF would build differently -- another pairing or width, a sca
 without an HF rope type, a window the config does not give -- raises ``ValueError`` by
 name: a config written here never claims a scheme HF builds otherwise. :func:`mark` writes
 into a ``use``d model's config what it runs: ``to_hf``'s parameters, or, where HF cannot
-build the scheme, ``{"rope_type": "posenc", "saved": <the model's own>}``, which
+build the scheme, its own parameters with ``"rope_type": "posenc"`` (the model's own type
+kept beside it), which
 transformers refuses to build (its rotary classes know no such type): a saved model never
 reloads as a RoPE model by mistake (:func:`posenc.hf.from_pretrained` reloads it).
 """
@@ -19,10 +20,14 @@ from posenc.hf import config as read
 from posenc.hf import convert
 from posenc.scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Proportional, YaRN
 
-__all__ = ["to_hf", "mark"]
+__all__ = ["to_hf", "mark", "unmark"]
 
 MARK = "posenc"  # the rope type of a config whose scheme runs in posenc's attention
+SAVED = "posenc_saved_rope_type"  # beside it: the model's own rope type
 
+# keys of rope_parameters that are no RoPE setting, kept as the config gives them (Ministral
+# 3's and Mistral 4's query temperature reads llama_4_scaling_beta and the original length)
+NOT_ROPE = ("llama_4_scaling_beta",)
 # keys that carry RoPE settings outside rope_parameters (dropped: rope_parameters says it all)
 OLD_KEYS = ("rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
             "rotary_emb_base", "rope_local_base_freq")  # fmt: skip
@@ -74,7 +79,7 @@ def to_hf(scheme, config):
         layers, factors = [scheme] * int(cfg.get("num_hidden_layers") or 1), None
         windows = None
     elif isinstance(scheme, Schedule):
-        layers, factors = zip(*(_split_factor(layer.encoding) for layer in scheme), strict=True)
+        factors, layers = zip(*(peel(layer.encoding) for layer in scheme), strict=True)
         windows = [layer.limits for layer in scheme]
     else:
         raise ValueError(f"scheme must be a RotaryEmbedding or a Schedule of them, got "
@@ -102,6 +107,10 @@ def to_hf(scheme, config):
             raise ValueError(f"model_type {cfg.get('model_type')!r} has one RoPE for every "
                              "layer: the scheme's layers differ")  # fmt: skip
         out["rope_parameters"] = _params(ropes[0])
+        old = {} if read.per_type_keys(params, cfg) else dict(params)
+        if any(k in old for k in NOT_ROPE):  # the temperature's keys, kept
+            keep = (*NOT_ROPE, "original_max_position_embeddings")
+            out["rope_parameters"] = {k: old[k] for k in keep if k in old} | out["rope_parameters"]
     _check_round_trip(out, layers, windows, factors)
     return out
 
@@ -161,20 +170,30 @@ def _settings(rope):
     return (rope.head_dim, rope.rotary_dim, rope.pairing, rates, float(f"{scale:.12e}"), dynamic)
 
 
-def _split_factor(enc):
-    """``(encoding, factor)``: the encoding inside any :class:`SoftmaxFactor` and their product."""
-    from posenc.torch import SoftmaxFactor
+def peel(enc):
+    """``(wrappers, inner)``: the wrappers' settings outside-in (``(type name, settings)``)
+    and the innermost encoding (``None`` for none or NoPE)."""
+    from posenc.torch.encodings.wrappers import _Wrapped
 
-    factor = 1.0
-    while isinstance(enc, SoftmaxFactor):
-        enc, factor = enc.inner, factor * enc.factor
-    return (None if type(enc).__name__ == "NoPE" else enc), factor
+    chain = []
+    while isinstance(enc, _Wrapped):
+        settings = {k: v for k, v in vars(enc).items() if not k.startswith("_")}
+        chain.append((type(enc).__name__, tuple(sorted(settings.items()))))
+        enc = enc.inner
+    return tuple(chain), (None if type(enc).__name__ == "NoPE" else enc)
 
 
-def _check_round_trip(out, layers, windows, factors=None):
+def _model_own(chain):
+    """The wrappers a config gives a model whatever its RoPE: its softmax factor and query
+    temperature (a scheme may leave them out: the model keeps its own)."""
+    return tuple(w for w in chain if w[0] not in ("SoftmaxFactor", "QueryTemperature"))
+
+
+def _check_round_trip(out, layers, windows, chains=None):
     """Read ``out`` back as posenc reads HF's config; refuse what differs, by layer. The
-    model's own softmax factor (Gemma's ``query_pre_attn_scalar``) is not a position scheme:
-    a layer given none keeps the model's; one given another is refused."""
+    wrappers of a layer (``chains``) must be what the config gives, but for the model's own
+    softmax factor and query temperature, which a layer may leave out (not a position
+    scheme: the model keeps them)."""
     from posenc.torch import Schedule
 
     try:
@@ -182,11 +201,12 @@ def _check_round_trip(out, layers, windows, factors=None):
     except ValueError as err:
         raise ValueError(f"HF would not build this scheme from the config: {err}") from err
     for i, enc in enumerate(layers):
-        got, factor = _split_factor(back[i].encoding)
-        given = 1.0 if factors is None else factors[i]
-        if given != 1.0 and abs(given - factor) > 1e-12 * factor:
-            raise ValueError(f"layer {i}: softmax factor {given} is not the one the config "
-                             f"gives ({factor}): to_hf writes RoPE only")  # fmt: skip
+        theirs, got = peel(back[i].encoding)
+        given = () if chains is None else chains[i]
+        if given not in (theirs, _model_own(theirs)):
+            raise ValueError(f"layer {i}: the wrappers {[w[0] for w in given]} are not what "
+                             f"the config gives ({[w[0] for w in theirs]}): to_hf writes "
+                             "RoPE only")  # fmt: skip
         mine = _settings(enc)
         theirs = _settings(got) if got is None or type(got).__name__ == "RotaryEmbedding" else got
         if mine != theirs:
@@ -210,10 +230,9 @@ def _differs(i, enc, got, model_type):
 
 def mark(config, schedule, path):
     """Make ``config`` say what the model now runs (see the module docstring); ``path`` is
-    ``use``'s ``"rotary"`` or ``"attention"``."""
-    old = config.rope_parameters
-    if isinstance(old, dict) and old.get("rope_type") == MARK:
-        old = old["saved"]
+    ``use``'s ``"rotary"`` or ``"attention"``. Keys other than ``rope_type`` stay, for the
+    models that read them while running (Ministral 3's temperature)."""
+    old = unmark(config.rope_parameters)
     if path == "rotary":
         try:
             config.rope_parameters = to_hf(schedule, config)["rope_parameters"]
@@ -221,7 +240,30 @@ def mark(config, schedule, path):
                 return
         except ValueError:
             pass  # HF cannot express it after all: the marked form below
-    config.rope_parameters = {"rope_type": MARK, "saved": old}
+    config.rope_parameters = _marked(old)
+
+
+def _nested(params):
+    return bool(params) and all(v is None or isinstance(v, dict) for v in params.values())
+
+
+def _marked(params):
+    if not isinstance(params, dict):
+        return params
+    if _nested(params):  # per layer type (Gemma 3)
+        return {k: _marked(v) for k, v in params.items()}
+    return params | {"rope_type": MARK, SAVED: params.get("rope_type", "default")}
+
+
+def unmark(params):
+    """``rope_parameters`` as they were before :func:`mark` (unchanged if not marked)."""
+    if not isinstance(params, dict):
+        return params
+    if _nested(params):
+        return {k: unmark(v) for k, v in params.items()}
+    if params.get("rope_type") != MARK:
+        return params
+    return {k: v for k, v in params.items() if k != SAVED} | {"rope_type": params[SAVED]}
 
 
 def _reads_as(config, schedule):
@@ -229,4 +271,5 @@ def _reads_as(config, schedule):
     from posenc.torch import Schedule
 
     back = Schedule.from_hf(config)
-    return all(_settings(a.encoding) == _settings(b.encoding) for a, b in zip(back, schedule))
+    return all(_settings(peel(a.encoding)[1]) == _settings(peel(b.encoding)[1])
+               for a, b in zip(back, schedule, strict=True))  # fmt: skip

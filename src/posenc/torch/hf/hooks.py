@@ -29,48 +29,102 @@ from posenc.torch.encodings.wrappers import SoftmaxFactor
 __all__ = ["NAME", "Bound", "Rotary", "Unrotated", "attention", "padding_only", "register"]
 
 NAME = "posenc"  # the name of the attention function and its mask in transformers' registries
-_LOCAL = threading.local()  # the document ids of the last packed position_ids seen
+_LOCAL = threading.local()  # this thread's last position_ids, and their packed documents
 
 
 class Rotary(nn.Module):
-    """posenc's RoPE as HF's ``(cos, sin)``: ``(batch|1, seq, head_dim)`` each, in the model's
-    pairing (``"half"``: the two halves repeat, HF's ``rotate_half``; ``"interleaved"``:
-    each value twice in a row).
+    """posenc's RoPE in the form the model's own rotary returns (``layout``, found by
+    :func:`layout_of`): ``"cat"`` ``(cos, sin)`` of ``[c, c]`` (HF's ``rotate_half``; GLM and
+    DeepSeek interleave in their apply function), ``"interleave"`` of ``c`` repeated in
+    place, ``"half"`` of ``c`` alone (GPT-OSS), ``"complex"`` ``c + i s`` (Llama 4); each
+    ``(batch|1, seq, ·)``.
 
     Parameters
     ----------
     ropes : dict
-        ``{layer_type: RotaryEmbedding}`` (``None``: the model's one rotary for every layer).
+        ``{layer_type: (RotaryEmbedding, layout)}`` (``None``: one for every layer).
     """
 
     def __init__(self, ropes):
         super().__init__()
         self.by_type = dict(ropes)
-        self.encodings = nn.ModuleList(dict.fromkeys(self.by_type.values()))
+        self.encodings = nn.ModuleList(dict.fromkeys(r for r, _ in self.by_type.values()))
 
     def forward(self, x, position_ids, layer_type=None):
-        rope = self.by_type[layer_type if layer_type in self.by_type else None]
-        cs = rope.table(position_ids, x.dtype, device=x.device)  # (b|1, seq, r // 2, 2)
-        cos, sin = cs.unbind(-1)  # (b|1, seq, r // 2) each
-        if rope.pairing == "half":
-            cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (b|1, seq, r)
-        else:
-            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
-        return cos.to(x.dtype), sin.to(x.dtype)
+        rope, layout = self.by_type[layer_type if layer_type in self.by_type else None]
+        return form(rope.table(position_ids, x.dtype, device=x.device), layout, x.dtype)
+
+
+def form(cs, layout, dtype):
+    """``[cos, sin]`` rows ``(b|1, seq, r // 2, 2)`` in a model's rotary ``layout``."""
+    cos, sin = cs.unbind(-1)  # (b|1, seq, r // 2) each
+    if layout == "complex":
+        return torch.complex(cos, sin)  # (b|1, seq, r // 2)
+    if layout == "cat":
+        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (b|1, seq, r)
+    elif layout == "interleave":
+        cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)  # (b|1, seq, r)
+    return cos.to(dtype), sin.to(dtype)
+
+
+def layout_of(rotary, rope, device, layer_type=None):
+    """The layout in which ``rotary`` (a model's own) returns what ``rope`` computes, at
+    positions 0..15; ``None`` where none matches (posenc then encodes in attention)."""
+    x = torch.zeros(1, 1, 1, device=device)
+    pos = torch.arange(16, device=device)[None]  # (1, 16)
+    with torch.no_grad():
+        theirs = rotary(x, pos) if layer_type is None else rotary(x, pos, layer_type)
+        cs = rope.table(pos, torch.float32, device=device)
+        for layout in ("cat", "interleave", "half", "complex"):
+            mine = form(cs, layout, torch.float32)
+            if _close(theirs, mine):
+                return layout
+    return None
+
+
+def _close(a, b):
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.shape == b.shape and bool(torch.allclose(a.to(b.dtype), b, atol=1e-5))
+    return len(a) == len(b) and all(_close(u, v) for u, v in zip(a, b, strict=True))
+
+
+def permutes(module):
+    """Whether a rotary apply function of ``module``'s modeling file changes q at the identity
+    rotation (cos 1, sin 0): DeepSeek's ``apply_rotary_pos_emb_interleave`` reorders the
+    channels, so an encoding of q and k in posenc's attention would see them reordered."""
+    import inspect
+    import sys
+
+    mod = sys.modules.get(type(module).__module__)
+    q = torch.arange(8.0).reshape(1, 1, 1, 8)
+    for name, fn in vars(mod or object).items():
+        if not (name.startswith(("apply_rotary", "_apply_rotary")) and inspect.isfunction(fn)):
+            continue
+        try:
+            out = fn(q, q.clone(), torch.ones(1, 1, 8), torch.zeros(1, 1, 8))
+        except Exception:
+            continue  # another signature: not one this probe can call
+        got = out[0] if isinstance(out, tuple) else out
+        if isinstance(got, torch.Tensor) and got.shape == q.shape and not torch.equal(got, q):
+            return name
+    return None
 
 
 class Unrotated(nn.Module):
     """HF's rotation made the identity: ``cos = 1, sin = 0`` (or a complex 1) of the width
-    and form the model's own rotary returned for one probe position."""
+    and form the model's own rotary returned for one probe position, per layer type."""
 
-    def __init__(self, form):
+    def __init__(self, forms):
         super().__init__()
-        self.form = form  # ("cos_sin", width) or ("complex", width)
+        self.forms = dict(forms)  # {layer_type or None: ("cos_sin" | "complex", width)}
 
     def forward(self, x, position_ids, layer_type=None):
-        kind, width = self.form
+        kind, width = self.forms[layer_type if layer_type in self.forms else None]
         if position_ids is None:
             raise ValueError("position_ids is None: the model passed its rotary no positions")
+        _LOCAL.positions = position_ids  # for attention that is not passed them (Llama 4)
         shape = (*position_ids.shape[-2:], width) if position_ids.dim() > 1 else (
             1, position_ids.shape[-1], width)  # fmt: skip
         if kind == "complex":
@@ -145,7 +199,11 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
             f"the keys' padding mask must be (batch, seq_k) = ({query.shape[0]}, {sk}), got "
             f"{tuple(pad.shape)}: posenc runs with transformers' dynamic caches only"
         )
-    q_pos, k_pos, docs = _positions(kwargs.get("position_ids"), sq, sk, pad)
+    pos = kwargs.get("position_ids")
+    if pos is None:  # the positions this forward gave the model's rotary (one per forward)
+        pos = getattr(_LOCAL, "positions", None)
+        pos = pos if pos is not None and pos.shape[-1] == sq else None
+    q_pos, k_pos, docs = _positions(pos, sq, sk, pad)
     enc = bound.with_scale(scaling, query.shape[-1])
     out = attend(
         query, key, value, enc, q_positions=q_pos, k_positions=k_pos, padding_mask=pad,

@@ -1,8 +1,8 @@
 """Reloading a model saved after :func:`posenc.hf.use`: :func:`from_pretrained`.
 
 The saved config says what the model runs (:func:`posenc.torch.hf.export.mark`): HF's own
-``rope_parameters`` where HF builds the scheme itself, else ``{"rope_type": "posenc",
-"saved": <the model's own>}``, which transformers refuses to build. :func:`from_pretrained`
+``rope_parameters`` where HF builds the scheme itself, else its own with ``"rope_type":
+"posenc"``, which transformers refuses to build. :func:`from_pretrained`
 restores the model's own parameters, builds it, puts the scheme back with ``use`` and loads
 the encodings' trained parameters.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from posenc.torch.hf.export import MARK
+from posenc.torch.hf.export import unmark
 
 __all__ = ["from_pretrained"]
 
@@ -50,9 +50,7 @@ def from_pretrained(model_class, path, scheme, **kwargs):
 
     with open(cached_file(str(path), "config.json")) as f:
         d = json.load(f)
-    params = d.get("rope_parameters")
-    if isinstance(params, dict) and params.get("rope_type") == MARK:
-        d["rope_parameters"] = params["saved"]
+    d["rope_parameters"] = unmark(d.get("rope_parameters"))
     config = model_class.config_class.from_dict(d)
     model = model_class.from_pretrained(path, config=config, **kwargs)
     use(model, scheme)
