@@ -155,13 +155,17 @@ def atlas(session: nox.Session) -> None:
     positions; and, for every model type with a per-layer scheme and a sample of others,
     HF's own attention per layer of a tiny float64 model in both config layouts against
     posenc's ``attend``: tools/atlas_e2e.py) into benchmarks/results/atlas.json, which the
-    "Model atlas" page renders (the docs build does not import transformers). About five
-    minutes on 2 cores. ``-- --only llama gemma3`` runs some model directories only;
+    "Model atlas" page renders (that page does not import transformers); then
+    tools/atlas_use.py (``posenc.hf.use`` end to end per model type) into
+    benchmarks/results/atlas_use.json, which the "posenc inside Hugging Face models" page
+    renders. About six minutes on 2 cores. ``-- --only llama gemma3`` runs some model directories only;
     ``-- --no-e2e`` skips the end-to-end check (about 20 s).
     """
     _install(session, "test")
     args = list(session.posargs) or []
     session.run("python", "tools/atlas.py", *args)
+    if not args:  # posenc.hf.use end to end per model type (about a minute)
+        session.run("python", "tools/atlas_use.py")
 
 
 @nox.session(python=PYTHON)

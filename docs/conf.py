@@ -91,6 +91,7 @@ else:
         (r"py:.*", r"(numpy|np|torch|nn|matplotlib)(\..*)?"),
         (r"py:.*", r"(array_like|Tensor|Module|Parameter)"),
     ]
+nitpick_ignore_regex += [(r"py:.*", r"transformers(\..*)?")]  # no inventory mapped: code
 
 # -- Bibliography (docs/references.bib) ------------------------------------------------
 bibtex_bibfiles = ["references.bib"]
@@ -108,6 +109,9 @@ numpydoc_xref_aliases = {
     "array_like": "array_like",
     "Path": "pathlib.Path",
     "TransformerLM": "posenc.torch.TransformerLM",
+    "PositionalEncoding": "posenc.torch.PositionalEncoding",
+    "Schedule": "posenc.torch.Schedule",
+    "RotaryEmbedding": "posenc.torch.RotaryEmbedding",
     "Task": "posenc.experiments.Task",
     "Job": "posenc.experiments.Job",
     "TextConfig": "posenc.experiments.text_study.TextConfig",
@@ -134,6 +138,7 @@ sphinx_gallery_conf = {
         "../examples/pope",
         "../examples/grids",
         "../examples/packing",
+        "../examples/hf",
     ],
     "within_subsection_order": "FileNameSortKey",
     "image_srcset": ["2x"],
@@ -258,6 +263,7 @@ def _unexecuted_notebook(app, docname, out_dir):
 
 
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
+                 "atlas_use.json",
                  "packing.json", "gpu.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
                  "text_study.jsonl", "text_extend.jsonl", "text_passkey.jsonl"]  # fmt: skip

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 TOL = 1e-6
 NEW = 8  # tokens generated
-MAX_PARAMS = 20_000_000  # a tiny model is far smaller: a class that ignores the sizes
+MAX_PARAMS = 200_000_000  # a tiny model is far smaller: a class that ignores the sizes
 
 
 def _model(config):

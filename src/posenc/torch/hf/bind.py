@@ -53,8 +53,8 @@ def use(model, scheme, *, backend="auto"):
 
     Returns
     -------
-    model
-        The same model. ``model.posenc_path`` is ``"rotary"`` (HF's attention with posenc's
+    transformers.PreTrainedModel
+        The same model, changed in place. ``model.posenc_path`` is ``"rotary"`` (HF's attention with posenc's
         cos and sin) or ``"attention"`` (posenc's ``attend`` in every attention layer); the
         encodings are submodules (``model.posenc_encodings``): their parameters train and
         move with the model.
@@ -87,8 +87,9 @@ def use(model, scheme, *, backend="auto"):
     own = _own(config)
     for i, (layer, module) in enumerate(zip(schedule, modules, strict=True)):
         if module is None and layer.encoding is not None:
-            raise ValueError(f"layer {i} of {type(base).__name__} has no attention, but the "
-                             f"scheme gives it {type(layer.encoding).__name__}")  # fmt: skip
+            raise ValueError(f"layer {i} of {type(base).__name__} has no attention that goes "
+                             "through transformers' AttentionInterface, but the scheme gives "
+                             f"it {type(layer.encoding).__name__}")  # fmt: skip
     model_type = getattr(config, "model_type", None)
     mine = [(_positional(layer.encoding, own, i, model_type), layer.limits)
             for i, layer in enumerate(schedule)]  # fmt: skip
@@ -141,12 +142,22 @@ def use(model, scheme, *, backend="auto"):
 
 
 def _base(model):
-    """The module holding the decoder's ``layers`` and ``rotary_emb`` (the base model)."""
+    """The module holding the decoder's layers (a ModuleList of ``num_hidden_layers``, as
+    ``layers`` or Falcon's ``h``) and its ``rotary_emb``: the base model."""
     for base in (getattr(model, "base_model", model), *model.modules()):
-        if hasattr(base, "layers") and hasattr(base, "rotary_emb") and hasattr(base, "config"):
+        if hasattr(base, "rotary_emb") and hasattr(base, "config") and _layers(base) is not None:
             return base
-    raise ValueError(f"{type(model).__name__} has no base model with layers and rotary_emb "
-                     "(transformers 5's decoders): posenc cannot put a scheme into it")
+    raise ValueError(f"{type(model).__name__} has no base model with decoder layers and one "
+                     "rotary_emb (transformers 5's decoders): posenc cannot put a scheme into "
+                     "it")  # fmt: skip
+
+
+def _layers(base):
+    depth = getattr(base.config, "num_hidden_layers", None)
+    for child in base.children():
+        if isinstance(child, nn.ModuleList) and len(child) == depth:
+            return child
+    return None
 
 
 def _schedule(scheme, config):
@@ -171,14 +182,11 @@ def _schedule(scheme, config):
 
 
 def _attention_modules(base, depth):
-    """HF's attention module of each layer (``None`` for a layer without attention)."""
-    found = [None] * depth
-    for module in base.modules():
-        idx = getattr(module, "layer_idx", None)
-        if isinstance(idx, int) and 0 <= idx < depth and found[idx] is None and _attends(
-            type(module)
-        ):  # fmt: skip
-            found[idx] = module
+    """HF's attention module of each layer (``None`` for a layer without attention): the
+    first module of the layer whose forward calls transformers' attention interface."""
+    found = []
+    for layer in _layers(base):
+        found.append(next((m for m in layer.modules() if _attends(type(m))), None))
     return found
 
 

@@ -11,7 +11,7 @@ into a ``use``d model's config what it runs: ``to_hf``'s parameters, or, where H
 build the scheme, its own parameters with ``"rope_type": "posenc"`` (the model's own type
 kept beside it), which
 transformers refuses to build (its rotary classes know no such type): a saved model never
-reloads as a RoPE model by mistake (:func:`posenc.hf.from_pretrained` reloads it).
+reloads as a RoPE model by mistake (:func:`posenc.hf.from_pretrained <posenc.torch.hf.from_pretrained>` reloads it).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def to_hf(scheme, config):
     ------
     ValueError
         Naming what HF cannot express for the model type: an encoding other than RoPE
-        (ALiBi, xPos, ... run through :func:`posenc.hf.use`), a pairing or rotary width
+        (ALiBi, xPos, ... run through :func:`posenc.hf.use <posenc.torch.hf.use>`), a pairing or rotary width
         the model's code does not rotate, layers of one type with different RoPEs, a
         window or chunk the config does not give, a scaling HF has no rope type for.
 

@@ -1,4 +1,4 @@
-"""What :func:`posenc.hf.use` puts into a transformers model: rotary modules and an attention.
+"""What :func:`posenc.hf.use <posenc.torch.hf.use>` puts into a transformers model: rotary modules and an attention.
 
 * :class:`Rotary` replaces a model's ``rotary_emb``: posenc's RoPE handed to HF's own
   attention as HF's ``(cos, sin)``, per layer type where the model has several;
@@ -205,9 +205,11 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         pos = pos if pos is not None and pos.shape[-1] == sq else None
     q_pos, k_pos, docs = _positions(pos, sq, sk, pad)
     enc = bound.with_scale(scaling, query.shape[-1])
+    causal = kwargs.get("is_causal", getattr(module, "is_causal", True))  # encoders: False
     out = attend(
-        query, key, value, enc, q_positions=q_pos, k_positions=k_pos, padding_mask=pad,
-        window=bound.window, chunk=bound.chunk, documents=docs, backend=bound.backend,
+        query, key, value, enc, q_positions=q_pos, k_positions=k_pos, causal=bool(causal),
+        padding_mask=pad, window=bound.window, chunk=bound.chunk, documents=docs,
+        backend=bound.backend,
     )  # (b, heads, seq_q, v_dim)  # fmt: skip
     return out.transpose(1, 2), None  # (b, seq_q, heads, v_dim)
 

@@ -1,4 +1,4 @@
-"""Reloading a model saved after :func:`posenc.hf.use`: :func:`from_pretrained`.
+"""Reloading a model saved after :func:`posenc.hf.use <posenc.torch.hf.use>`: :func:`from_pretrained`.
 
 The saved config says what the model runs (:func:`posenc.torch.hf.export.mark`): HF's own
 ``rope_parameters`` where HF builds the scheme itself, else its own with ``"rope_type":
@@ -19,7 +19,7 @@ PREFIX = "posenc_encodings."  # where use keeps the encodings, under the base mo
 
 
 def from_pretrained(model_class, path, scheme, **kwargs):
-    """Load a model saved after :func:`posenc.hf.use`, with its scheme put back.
+    """Load a model saved after :func:`posenc.hf.use <posenc.torch.hf.use>`, with its scheme put back.
 
     Parameters
     ----------
