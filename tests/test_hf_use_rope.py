@@ -3,7 +3,7 @@
 Oracle: transformers' Llama and Gemma 3 built from hand-written ``rope_parameters`` (HF's
 own rotary code), float64 (HF's inverse frequencies are rounded to float32 at init, hence
 1e-6). Both ways in are checked: HF's rotary replaced (``"rotary"``) and posenc's attention
-(``"attention"``, forced where ``use`` would pick the other).
+(``"attention"``, asked for with ``path="attention"``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from hf_use_models import V, build, float64_everywhere, gemma3_config, llama_con
 from posenc.hf import to_hf, use
 from posenc.scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, YaRN
 from posenc.torch import Layer, RotaryEmbedding, Schedule
-from posenc.torch.hf import bind
 
 TOL = 1e-6
 D = 8  # Llama's head_dim: 32 / 4
@@ -41,26 +40,18 @@ SCALINGS = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def attention_path(monkeypatch):
-    """``use`` with posenc's attention even where HF's rotary could carry the scheme."""
-    monkeypatch.setattr(bind, "_rotary_fit", lambda *a: None)
-
-
 def _hf_params(p):
     return {"rope_theta": 1e4} | p
 
 
 @pytest.mark.parametrize("name", sorted(SCALINGS))
 @pytest.mark.parametrize("path", ["rotary", "attention"])
-def test_a_llama_with_each_scaling_put_in_equals_hf_built_with_it(name, path, request):
-    if path == "attention":
-        request.getfixturevalue("attention_path")
+def test_a_llama_with_each_scaling_put_in_equals_hf_built_with_it(name, path):
     kw, params = SCALINGS[name]
     ids = torch.randint(1, V, (2, 100), generator=torch.Generator().manual_seed(1))  # > 64
     with torch.no_grad(), float64_everywhere():
         want = build(llama_config(rope_parameters=_hf_params(params)))(ids).logits
-        model = use(build(llama_config()), RotaryEmbedding(D, **kw))
+        model = use(build(llama_config()), RotaryEmbedding(D, **kw), path=path)
         assert model.posenc_path == path
         assert rel(model(ids).logits, want) < TOL
         again = build(transformers.LlamaConfig.from_dict(to_hf(RotaryEmbedding(D, **kw),
@@ -78,9 +69,7 @@ GEMMA_GLOBAL = {
 
 @pytest.mark.parametrize("name", sorted(GEMMA_GLOBAL))
 @pytest.mark.parametrize("path", ["rotary", "attention"])
-def test_a_gemma3_with_a_scaled_global_rope_equals_hf_built_with_it(name, path, request):
-    if path == "attention":
-        request.getfixturevalue("attention_path")
+def test_a_gemma3_with_a_scaled_global_rope_equals_hf_built_with_it(name, path):
     kw, params = GEMMA_GLOBAL[name]
     hf = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
           "full_attention": {"rope_theta": 1e6} | params}  # fmt: skip
@@ -91,7 +80,7 @@ def test_a_gemma3_with_a_scaled_global_rope_equals_hf_built_with_it(name, path, 
                        for t in types])  # fmt: skip
     with torch.no_grad(), float64_everywhere():
         want = build(gemma3_config(rope_parameters=hf))(ids).logits
-        model = use(build(gemma3_config()), scheme)
+        model = use(build(gemma3_config()), scheme, path=path)
         assert model.posenc_path == path
         assert rel(model(ids).logits, want) < TOL
         exported = transformers.Gemma3TextConfig.from_dict(to_hf(scheme, gemma3_config()))
@@ -102,14 +91,12 @@ def test_a_gemma3_with_a_scaled_global_rope_equals_hf_built_with_it(name, path, 
 @pytest.mark.parametrize("make", [lambda: llama_config(rope_parameters=_hf_params(
     SCALINGS["yarn"][1])), gemma3_config])  # fmt: skip
 @pytest.mark.parametrize("path", ["rotary", "attention"])
-def test_the_models_own_schedule_changes_nothing(make, path, request):
-    if path == "attention":
-        request.getfixturevalue("attention_path")
+def test_the_models_own_schedule_changes_nothing(make, path):
     ids = torch.randint(1, V, (2, 30), generator=torch.Generator().manual_seed(3))
     with torch.no_grad(), float64_everywhere():
         hf = build(make())
         want = hf(ids).logits
-        model = use(build(make()), Schedule.from_hf(make()))
+        model = use(build(make()), Schedule.from_hf(make()), path=path)
         assert rel(model(ids).logits, want) < TOL
         kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)
         assert torch.equal(model.generate(ids[:, :8], **kw), hf.generate(ids[:, :8], **kw))

@@ -160,3 +160,13 @@ def test_bad_input_is_refused_by_name():
     dropout = use(build(llama_config(attention_dropout=0.1)), ALiBi(H)).train()
     with pytest.raises(ValueError, match="dropout"):
         dropout(_ids(1, 4, 0))
+
+
+def test_path_asks_for_a_way_in_or_refuses_it():
+    rope = RotaryEmbedding(D)
+    assert use(build(llama_config()), rope, path="attention").posenc_path == "attention"
+    assert use(build(llama_config()), rope).posenc_path == "rotary"
+    with pytest.raises(ValueError, match="path='rotary'"):
+        use(build(llama_config()), ALiBi(H), path="rotary")
+    with pytest.raises(ValueError, match="path must be"):
+        use(build(llama_config()), rope, path="fast")

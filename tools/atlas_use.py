@@ -87,7 +87,6 @@ def run_type(model_type):
 
     from posenc.hf import use
     from posenc.torch import Schedule
-    from posenc.torch.hf import bind
 
     cfg_cls = CONFIG_MAPPING[model_type]
     d, _ = tiny(cfg_cls().to_dict(), model_type)
@@ -125,13 +124,7 @@ def run_type(model_type):
     for forced in (False, True):
         mine = copy.deepcopy(model)
         try:
-            if forced:
-                keep, bind._rotary_fit = bind._rotary_fit, lambda *a: None
-            try:
-                use(mine, Schedule.from_hf(d))
-            finally:
-                if forced:
-                    bind._rotary_fit = keep
+            use(mine, Schedule.from_hf(d), path="attention" if forced else "auto")
         except ValueError as err:
             status = "no-registry" if "AttentionInterface" in str(err) else "refused"
             paths["forced" if forced else "use"] = {"status": status, "reason": str(err)[:300]}

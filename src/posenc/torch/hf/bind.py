@@ -34,7 +34,7 @@ __all__ = ["use"]
 OWN_TEMPERATURE = frozenset(("llama4", "llama4_text", "ministral3", "mistral4"))
 
 
-def use(model, scheme, *, backend="auto"):
+def use(model, scheme, *, path="auto", backend="auto"):
     """Put a posenc position scheme into a transformers model, in place.
 
     Parameters
@@ -48,6 +48,11 @@ def use(model, scheme, *, backend="auto"):
         :meth:`Schedule.from_hf <posenc.torch.Schedule.from_hf>`. A layer's
         :class:`~posenc.torch.SoftmaxFactor` (or Llama 4's query temperature) equal to what
         the model's attention applies itself is taken as the model's, applied once.
+    path : {"auto", "rotary", "attention"}
+        How the scheme goes in: ``"auto"`` (default) replaces the model's rotary where HF's
+        attention can apply the scheme, else runs posenc's attention; ``"attention"``
+        always runs posenc's attention (its kernels and backends, FlexAttention);
+        ``"rotary"`` refuses a scheme HF's attention cannot apply.
     backend : {"auto", "sdpa", "flex"}
         posenc's attention backend, where the scheme runs in it.
 
@@ -97,13 +102,19 @@ def use(model, scheme, *, backend="auto"):
         (_positional(layer.encoding, own, i, model_type), layer.limits)
         for i, layer in enumerate(own)
     ]  # fmt: skip
-    ropes = _rotary_fit(mine, theirs, config, modules)
+    if path not in ("auto", "rotary", "attention"):
+        raise ValueError(f"path must be 'auto', 'rotary' or 'attention', got {path!r}")
+    ropes = None if path == "attention" else _rotary_fit(mine, theirs, config, modules)
     if ropes is not None:  # in the form the model's own rotary returns, else not this way
         device = next(base.parameters()).device
         layouts = {t: hooks.layout_of(base.rotary_emb, own_rope, device, t)
                    for t, (_, own_rope) in ropes.items()}  # fmt: skip
         ropes = None if None in layouts.values() else {
             t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
+    if ropes is None and path == "rotary":
+        raise ValueError("path='rotary': HF's attention cannot apply this scheme (not RoPE in "
+                         "the model's pairing and width, per layer type, with its windows and "
+                         "chunks): use path='auto' or 'attention'")  # fmt: skip
     if ropes is not None:
         base.rotary_emb = hooks.Rotary(ropes)
         _keep(model, base, schedule, "rotary")
