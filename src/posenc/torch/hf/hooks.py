@@ -217,18 +217,41 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
 def _positions(position_ids, sq, sk, pad):
     """Query and key positions and packed documents of one call: HF's ``position_ids`` for
     the queries; the keys are the last ``sk`` positions up to the last query (a dynamic
-    cache ends with this step's keys), padding at position 0 (masked)."""
+    cache ends with this step's keys), padding at position 0 (masked). Where every row's
+    positions are one run ``p, p + 1, ...`` and no key is padding, they are ranges (read
+    once per forward): posenc's attention then needs no check or gather of them."""
     if position_ids is None:
         return None, None, None
     if position_ids.dim() != 2:
         raise ValueError(f"position_ids must be (batch, seq), got {tuple(position_ids.shape)}: "
                          "multi-axis positions (M-RoPE) go through the model's own rotary")  # fmt: skip
+    run = _run(position_ids) if pad is None else None
+    if run is not None and run.stop >= sk:
+        return run, range(run.stop - sk, run.stop), None
     if sq == sk:
         docs = _packed(position_ids) if pad is None else None
         return position_ids, position_ids, docs
     back = torch.arange(sk - 1, -1, -1, device=position_ids.device)  # (sk,)
     k_pos = (position_ids[:, -1:] - back).clamp_min(0)  # (b|1, sk)
     return position_ids, k_pos, None
+
+
+def _run(position_ids):
+    """``range(p, p + seq)`` where every row of ``position_ids`` is that run, else ``None``:
+    one host read per tensor (every layer of a forward gets the same one); never while
+    compiling (the positions stay tensors there)."""
+    last = getattr(_LOCAL, "run", None)
+    if last is not None and last[0] is position_ids:
+        return last[1]
+    found = None
+    if not torch.compiler.is_compiling():
+        start = position_ids[:, :1]  # (b|1, 1)
+        steps = torch.arange(position_ids.shape[-1], device=position_ids.device)
+        same = (position_ids == start[:1] + steps).all()  # every row the first row's run
+        same, first = torch.stack([same.long(), start[0, 0].long()]).tolist()
+        found = range(first, first + position_ids.shape[-1]) if same else None
+    _LOCAL.run = (position_ids, found)
+    return found
 
 
 def _packed(position_ids):
