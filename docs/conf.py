@@ -263,7 +263,7 @@ def _unexecuted_notebook(app, docname, out_dir):
 
 
 BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.json",
-                 "atlas_use.json",
+                 "atlas_use.json", "hf_use.json",
                  "packing.json", "gpu.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
                  "text_study.jsonl", "text_extend.jsonl", "text_passkey.jsonl"]  # fmt: skip
