@@ -170,3 +170,14 @@ def test_path_asks_for_a_way_in_or_refuses_it():
         use(build(llama_config()), ALiBi(H), path="rotary")
     with pytest.raises(ValueError, match="path must be"):
         use(build(llama_config()), rope, path="fast")
+
+
+def test_position_ids_written_in_place_are_read_again():
+    # the positions are read once per tensor: a buffer rewritten in place is a new reading
+    model = use(build(llama_config()), ALiBi(H))
+    ids, pos = _ids(1, 8, 9), torch.arange(8)[None]
+    with torch.no_grad():
+        model(ids, position_ids=pos)
+        pos.copy_(torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]]))  # two packed documents now
+        assert torch.equal(model(ids, position_ids=pos).logits,
+                           model(ids, position_ids=pos.clone()).logits)  # fmt: skip

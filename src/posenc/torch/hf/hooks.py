@@ -241,8 +241,8 @@ def _run(position_ids):
     one host read per tensor (every layer of a forward gets the same one); never while
     compiling (the positions stay tensors there)."""
     last = getattr(_LOCAL, "run", None)
-    if last is not None and last[0] is position_ids:
-        return last[1]
+    if last is not None and last[0] is position_ids and last[2] == position_ids._version:
+        return last[1]  # the same tensor, not written to since
     found = None
     if not torch.compiler.is_compiling():
         start = position_ids[:, :1]  # (b|1, 1)
@@ -250,7 +250,7 @@ def _run(position_ids):
         same = (position_ids == start[:1] + steps).all()  # every row the first row's run
         same, first = torch.stack([same.long(), start[0, 0].long()]).tolist()
         found = range(first, first + position_ids.shape[-1]) if same else None
-    _LOCAL.run = (position_ids, found)
+    _LOCAL.run = (position_ids, found, position_ids._version)
     return found
 
 
@@ -258,12 +258,12 @@ def _packed(position_ids):
     """Document ids where ``position_ids`` restart at 0 inside a row (HF's flattening
     collator), else ``None``; read once per tensor (every layer gets the same one)."""
     last = getattr(_LOCAL, "last", None)
-    if last is not None and last[0] is position_ids:
+    if last is not None and last[0] is position_ids and last[2] == position_ids._version:
         return last[1]
     docs = None
     if position_ids.shape[-1] > 1 and bool((position_ids[:, 1:] == 0).any()):
         docs = documents_from_positions(position_ids)  # (b, seq)
-    _LOCAL.last = (position_ids, docs)
+    _LOCAL.last = (position_ids, docs, position_ids._version)
     return docs
 
 
