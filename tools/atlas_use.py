@@ -175,8 +175,11 @@ def main(argv=None):
             row = {"model_type": model_type, "status": "not-built",
                    "reason": f"{type(err).__name__}: {err}"[:300]}  # fmt: skip
         rows.append(row)
-        print(f"{model_type:32s} {row['status']:12s} {row.get('use', {}).get('path', ''):10s}"
-              f" {time.perf_counter() - t:5.1f}s {row.get('reason', '')[:80]}", flush=True)
+        print(
+            f"{model_type:32s} {row['status']:12s} {row.get('use', {}).get('path', ''):10s}"
+            f" {time.perf_counter() - t:5.1f}s {row.get('reason', '')[:80]}",
+            flush=True,
+        )
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()  # fmt: skip
     result = {"transformers": transformers.__version__, "torch": torch.__version__,

@@ -31,14 +31,19 @@ from posenc.torch import RotaryEmbedding
 
 TRAIN, READ = 64, 256  # positions seen in training, positions read
 config = transformers.LlamaConfig(
-    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=TRAIN,
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=TRAIN,
 )  # head_dim 16: 8 rotating pairs
 torch.manual_seed(0)
 model = transformers.LlamaForCausalLM(config)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
 train, gen = corpus("train"), torch.Generator().manual_seed(0)
-for step in range(100):
+for _ in range(100):
     x, _ = train_batch(train, TRAIN, 16, gen, passkeys=0)  # (16, 64) bytes
     loss = model(x, labels=x).loss  # HF shifts the labels
     opt.zero_grad()
@@ -70,8 +75,10 @@ for name, rope in schemes.items():
             logits.transpose(1, 2), windows[:, 1:], reduction="none"
         ).mean(0)  # (256,): loss at each position
     curves[name] = nll
-    print(f"{name:22s} loss within 64: {nll[:TRAIN].mean():.2f}, "
-          f"beyond: {nll[TRAIN:].mean():.2f}  ({extended.posenc_path})")
+    print(
+        f"{name:22s} loss within 64: {nll[:TRAIN].mean():.2f}, "
+        f"beyond: {nll[TRAIN:].mean():.2f}  ({extended.posenc_path})"
+    )
 
 fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
 for name, nll in curves.items():

@@ -24,15 +24,20 @@ from posenc.hf import from_pretrained, use
 from posenc.torch import ALiBi
 
 config = transformers.LlamaConfig(
-    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
 )
 torch.manual_seed(0)
 model = use(transformers.LlamaForCausalLM(config), ALiBi(4))  # one slope per query head
 print(model.posenc_path, [type(e).__name__ for e in model.model.posenc_encodings])
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
 train, gen, losses = corpus("train"), torch.Generator().manual_seed(0), []
-for step in range(60):
+for _ in range(60):
     x, _ = train_batch(train, 64, 16, gen, passkeys=0)  # (16, 64) bytes of Python source
     loss = model(x, labels=x).loss
     opt.zero_grad()

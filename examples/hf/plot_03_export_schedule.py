@@ -25,9 +25,16 @@ from posenc.scaling import YaRN
 from posenc.torch import ALiBi, Layer, RotaryEmbedding, Schedule
 
 config = transformers.Gemma3TextConfig(
-    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-    num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=16,
-    max_position_embeddings=128, query_pre_attn_scalar=32,
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=6,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    sliding_window=16,
+    max_position_embeddings=128,
+    query_pre_attn_scalar=32,
 )
 own = Schedule.from_hf(config)
 for i, layer in enumerate(own):  # five sliding layers (window 16), then a global one

@@ -5,7 +5,7 @@ Two ways in, chosen per model (:func:`use` says which in ``model.posenc_path``):
 * ``"rotary"``: the scheme is RoPE that HF's own attention can apply -- each layer type's
   layers share one :class:`~posenc.torch.RotaryEmbedding` in the model's pairing and rotary
   width, with the model's own windows, chunks and wrappers -- so the model's ``rotary_emb``
-  is replaced (:class:`~posenc.torch.hf.hooks.Rotary`) and HF's attention, masks and caches run
+  is replaced (:class:`~posenc.torch.hf.rotary.Rotary`) and HF's attention, masks and caches run
   as before;
 * ``"attention"``: anything else (score biases, xPos, PoPE, NoPE layers, another window)
   runs in posenc's :func:`~posenc.torch.attend`, registered with transformers'
@@ -14,24 +14,18 @@ Two ways in, chosen per model (:func:`use` says which in ``model.posenc_path``):
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 
 from torch import nn
 
-from posenc.torch.hf import hooks
-from posenc.torch.hf.export import mark, peel
 from posenc.torch.encodings.base import NoPE, PositionalEncoding
-from posenc.torch.encodings.qk.rope import RotaryEmbedding
-from posenc.torch.encodings.qk.temperature import QueryTemperature
-from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
-from posenc.torch.model.schedule import Schedule
+from posenc.torch.hf import fit, hooks, rotary
+from posenc.torch.hf.export import mark
+from posenc.torch.model.schedule import Layer, Schedule
 
 __all__ = ["use"]
-
-# model types whose attention module multiplies the queries by a temperature itself
-# (Llama4TextAttention on its NoPE layers; Ministral 3's and Mistral 4's llama_4_scaling_beta)
-OWN_TEMPERATURE = frozenset(("llama4", "llama4_text", "ministral3", "mistral4"))
 
 
 def use(model, scheme, *, path="auto", backend="auto"):
@@ -84,72 +78,60 @@ def use(model, scheme, *, path="auto", backend="auto"):
     ('attention', torch.Size([1, 3, 32]))
     """
     base = _base(model)
-    if isinstance(base.rotary_emb, (hooks.Rotary, hooks.Unrotated)):
+    if isinstance(base.rotary_emb, (rotary.Rotary, rotary.Unrotated)):
         raise ValueError("posenc.hf.use was called on this model before: load it afresh")
+    if path not in ("auto", "rotary", "attention"):
+        raise ValueError(f"path must be 'auto', 'rotary' or 'attention', got {path!r}")
     config = base.config
-    schedule = _schedule(scheme, config)
-    modules = _attention_modules(base, len(schedule))
     own = _own(config)
+    schedule = _schedule(scheme, config, own)
+    modules = _attention_modules(base, len(schedule))
     for i, (layer, module) in enumerate(zip(schedule, modules, strict=True)):
         if module is None and layer.encoding is not None:
             raise ValueError(f"layer {i} of {type(base).__name__} has no attention that goes "
                              "through transformers' AttentionInterface, but the scheme gives "
                              f"it {type(layer.encoding).__name__}")  # fmt: skip
     model_type = getattr(config, "model_type", None)
-    mine = [(_positional(layer.encoding, own, i, model_type), layer.limits)
+    mine = [(*fit.positional(layer.encoding, own, i, model_type), layer.limits)
             for i, layer in enumerate(schedule)]  # fmt: skip
     theirs = None if own is None else [
-        (_positional(layer.encoding, own, i, model_type), layer.limits)
+        (*fit.positional(layer.encoding, own, i, model_type), layer.limits)
         for i, layer in enumerate(own)
     ]  # fmt: skip
-    if path not in ("auto", "rotary", "attention"):
-        raise ValueError(f"path must be 'auto', 'rotary' or 'attention', got {path!r}")
-    ropes = None if path == "attention" else _rotary_fit(mine, theirs, config, modules)
+    ropes = None if path == "attention" else fit.rotary_fit(mine, theirs, config, modules)
     if ropes is not None:  # in the form the model's own rotary returns, else not this way
         device = next(base.parameters()).device
-        layouts = {t: hooks.layout_of(base.rotary_emb, own_rope, device, t)
+        layouts = {t: rotary.layout_of(base.rotary_emb, own_rope, device, t)
                    for t, (_, own_rope) in ropes.items()}  # fmt: skip
         ropes = None if None in layouts.values() else {
             t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
     if ropes is None and path == "rotary":
         raise ValueError("path='rotary': HF's attention cannot apply this scheme (not RoPE in "
-                         "the model's pairing and width, per layer type, with its windows and "
-                         "chunks): use path='auto' or 'attention'")  # fmt: skip
+                         "the model's pairing and width, per layer type, with its windows, "
+                         "chunks and softmax scale): use path='auto' or 'attention'")  # fmt: skip
+    config = _own_config(model, base)  # from here on, this model's alone
     if ropes is not None:
-        base.rotary_emb = hooks.Rotary(ropes)
-        _keep(model, base, schedule, "rotary")
-        return model
+        base.rotary_emb = rotary.Rotary(ropes)
+        return _keep(model, base, schedule, "rotary")
     if not model._can_set_attn_implementation():
         raise ValueError(f"{type(model).__name__}'s attention does not go through "
                          "transformers' AttentionInterface: posenc can only replace its "
                          "rotary_emb, and this scheme needs posenc's attention")  # fmt: skip
-    for i, ((enc, _), layer, module) in enumerate(zip(mine, schedule, modules, strict=True)):
+    kept = fit.cache_limits(config, len(schedule))
+    layers = _layers(base)
+    for i, ((enc, factor, _), layer, module) in enumerate(zip(mine, schedule, modules,
+                                                              strict=True)):  # fmt: skip
         if module is None:
             continue
-        if enc is not None and enc.position_axes != 1:
-            raise ValueError(f"layer {i}: {type(enc).__name__} reads {enc.position_axes} "
-                             "position axes (M-RoPE), which transformers passes to the "
-                             "model's rotary only: posenc puts it in only as the model's "
-                             "own M-RoPE, unchanged")  # fmt: skip
-        _check_fit(enc, module, i, config)
-        sinks = [n for n, _ in module.named_parameters(recurse=False) if "sink" in n]
-        if sinks:
-            raise ValueError(f"layer {i}: {type(module).__name__} has learned attention sinks "
-                             f"({sinks[0]}), which posenc's attention does not apply: this "
-                             "model takes RoPE only, through its own attention")  # fmt: skip
-        if enc is not None and "qk" in enc.places and (name := hooks.permutes(module)):
-            raise ValueError(f"layer {i}: {type(module).__name__}'s {name} reorders the "
-                             "channels of q and k before attention, so posenc cannot encode "
-                             f"them there: {type(enc).__name__} on this model goes in only "
-                             "as RoPE in the model's own layout")  # fmt: skip
+        fit.check_attention_layer(i, enc, layer, module, config, kept[i])
         enc = NoPE() if enc is None else enc
-        module.__dict__["posenc_layer"] = hooks.Bound(enc, layer.window, layer.chunk, backend)
-    form = _forms(base, config)
-    base.rotary_emb = hooks.Unrotated(form)
+        module.__dict__["posenc_layer"] = hooks.Bound(
+            enc, layer.window, layer.chunk, backend, factor, layers[i]
+        )
+    base.rotary_emb = rotary.Unrotated(_forms(base, config), config)
     hooks.register()
-    model.set_attn_implementation(hooks.NAME)
-    _keep(model, base, schedule, "attention")
-    return model
+    config._attn_implementation = hooks.NAME  # the text model's config only (not a vision tower's)
+    return _keep(model, base, schedule, "attention")
 
 
 def _base(model):
@@ -171,7 +153,9 @@ def _layers(base):
     return None
 
 
-def _schedule(scheme, config):
+def _schedule(scheme, config, own):
+    """The scheme as a Schedule of the model's depth: one encoding alone goes into every
+    attention layer with the model's own windows and chunks (``own``)."""
     depth = getattr(config, "num_hidden_layers", None)
     if isinstance(scheme, dict):
         scheme = Schedule.from_hf(scheme)
@@ -179,7 +163,11 @@ def _schedule(scheme, config):
         if "input" in scheme.places:
             raise ValueError(f"scheme {type(scheme).__name__} acts on the input embeddings: "
                              "posenc.hf.use puts schemes into attention")  # fmt: skip
-        scheme = Schedule.uniform(scheme, depth)
+        if own is None or len(own) != depth:
+            scheme = Schedule.uniform(scheme, depth)
+        else:
+            scheme = Schedule([Layer(scheme, window=lay.window, chunk=lay.chunk)
+                               if lay.attention else lay for lay in own])  # fmt: skip
     elif not isinstance(scheme, Schedule):
         raise ValueError("scheme must be a PositionalEncoding, a Schedule or a config dict, "
                          f"got {type(scheme).__name__}")  # fmt: skip
@@ -219,88 +207,29 @@ def _own(config):
         return None
 
 
-def _rotary_fit(mine, own, config, modules):
-    """``{layer_type: (RotaryEmbedding, the model's own)}`` where HF's attention can apply the
-    scheme, else None.
-
-    ``mine`` and ``own`` are the scheme's and the model's layers, each ``(encoding, limits)``
-    with what the model's attention applies itself removed (:func:`_positional`)."""
-    if own is None:
-        return None
-    types = list(getattr(config, "layer_types", None) or [None] * len(mine))
-    ropes = {}
-    for i, ((enc, limits), (theirs, own_limits)) in enumerate(zip(mine, own, strict=True)):
-        if modules[i] is None:
-            continue
-        if limits != own_limits or (enc is None) != (theirs is None):
-            return None
-        if enc is None:
-            continue
-        (wrap, rope), (own_wrap, own_rope) = peel(enc), peel(theirs)
-        if type(rope) is not RotaryEmbedding or type(own_rope) is not RotaryEmbedding:
-            return None
-        if wrap != own_wrap or (rope.head_dim, rope.rotary_dim, rope.pairing) != (
-            own_rope.head_dim, own_rope.rotary_dim, own_rope.pairing
-        ):  # fmt: skip
-            return None
-        key = types[i] if _per_type(config) else None
-        if ropes.setdefault(key, (rope, own_rope))[0] is not rope:
-            return None  # layers of one type with different RoPEs: HF has one per type
-    return ropes or None
-
-
-def _per_type(config):
-    params = getattr(config, "rope_parameters", None)
-    types = set(getattr(config, "layer_types", None) or ())
-    return isinstance(params, dict) and bool(types) and types <= set(params)
-
-
-def _positional(enc, own, i, model_type):
-    """The layer's encoding without what HF's attention applies itself: an outer
-    :class:`SoftmaxFactor` equal to the model's own (HF's ``scaling``), Llama 4's query
-    temperature; ``None`` for no position."""
-    if enc is None or type(enc) is NoPE:
-        return None
-    theirs = own[i].encoding if own is not None and own[i].attention else None
-    if isinstance(enc, SoftmaxFactor) and isinstance(theirs, SoftmaxFactor) and (
-        abs(enc.factor - theirs.factor) <= 1e-12 * theirs.factor
-    ):  # fmt: skip
-        enc, theirs = enc.inner, theirs.inner
-    if model_type in OWN_TEMPERATURE:
-        own_t = theirs if isinstance(theirs, QueryTemperature) else None
-        mine_t = enc if isinstance(enc, QueryTemperature) else None
-        if own_t is not None and (mine_t is None or peel(mine_t)[0][0] != peel(own_t)[0][0]):
-            raise ValueError(f"layer {i}: {model_type}'s attention multiplies the queries by "
-                             "its own temperature, which posenc cannot remove; give the "
-                             "layer that QueryTemperature (Schedule.from_hf's)")  # fmt: skip
-        if mine_t is not None and own_t is not None:
-            enc = enc.inner
-    return None if type(enc) is NoPE else enc
-
-
-def _check_fit(enc, module, i, config):
-    if enc is None:
-        return
-    width = getattr(module, "head_dim", None)
-    need = enc.inner if isinstance(enc, ChannelSlice) else enc
-    got = getattr(need, "head_dim", None)
-    if not isinstance(enc, ChannelSlice) and None not in (got, width) and got != width:
-        raise ValueError(f"layer {i}: {type(need).__name__} has head_dim={got}, the "
-                         f"model's attention heads are {width} wide")  # fmt: skip
-    heads = getattr(need, "heads", None)
-    have = getattr(config, "num_attention_heads", None)
-    if heads is not None and have is not None and heads != have:
-        raise ValueError(f"layer {i}: {type(need).__name__} has heads={heads}, the model "
-                         f"num_attention_heads={have}")  # fmt: skip
-
-
 def _forms(base, config):
     """The form of the model's rotary output, per layer type where it has one per type."""
-    rotary = base.rotary_emb
-    device = next(base.parameters()).device
-    types = sorted(set(getattr(config, "layer_types", None) or ())) if _per_type(config) else []
-    forms = {t: hooks.probe_form(rotary, config, device, t) for t in types}
-    return forms or {None: hooks.probe_form(rotary, config, device)}
+    theirs, device = base.rotary_emb, next(base.parameters()).device
+    types = sorted(set(getattr(config, "layer_types", None) or ())) if fit.per_type(config) else []
+    forms = {t: rotary.probe_form(theirs, config, device, t) for t in types}
+    return forms or {None: rotary.probe_form(theirs, config, device)}
+
+
+def _own_config(model, base):
+    """Give the model a config object of its own (transformers shares one between the models
+    built from it, and ``use`` writes to it): every module that held the old one now holds
+    the copy, and a composite config points to it."""
+    old = base.config
+    new = copy.deepcopy(old)
+    for m in model.modules():
+        if m.__dict__.get("config") is old:
+            m.config = new
+    parents = {id(c): c for m in model.modules() if (c := m.__dict__.get("config")) is not None}
+    for parent in parents.values():
+        for key, value in list(vars(parent).items()):
+            if value is old:
+                setattr(parent, key, new)  # e.g. a multimodal config's text_config
+    return new
 
 
 def _keep(model, base, schedule, path):
@@ -314,4 +243,3 @@ def _keep(model, base, schedule, path):
     model.posenc_schedule = schedule
     mark(base.config, schedule, path)
     return model
-

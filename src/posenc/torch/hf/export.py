@@ -222,8 +222,10 @@ def _differs(i, enc, got, model_type):
             return "no RoPE"
         if type(e).__name__ != "RotaryEmbedding":
             return type(e).__name__
-        return (f"RoPE(head_dim={e.head_dim}, rotary_dim={e.rotary_dim}, pairing={e.pairing!r}, "
-                f"base={e.base:g}, scaling={type(e.scaling).__name__ if e.scaling else None})")
+        return (
+            f"RoPE(head_dim={e.head_dim}, rotary_dim={e.rotary_dim}, pairing={e.pairing!r}, "
+            f"base={e.base:g}, scaling={type(e.scaling).__name__ if e.scaling else None})"
+        )
 
     return f"layer {i}: HF's {model_type} would build {say(got)} from the config, not {say(enc)}"
 
