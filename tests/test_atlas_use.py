@@ -48,3 +48,27 @@ def test_the_committed_table_has_no_silent_difference():
             assert r["use"]["generate_equal"] is (True if r["lm"] else None)
         if r["status"] in ("refused", "no-registry", "not-built"):
             assert r.get("reason"), r  # every row that was not checked says why
+
+
+def test_the_models_own_m_rope_is_kept_and_another_refused():
+    import transformers
+
+    from posenc.hf import use
+    from posenc.torch import MRoPE, Schedule
+
+    row = atlas_use.run_type("qwen2_vl_text")  # its rotary takes 3-axis positions
+    assert row["status"] == "exact" and row["use"]["path"] == "rotary", row
+    cfg = transformers.Qwen2VLTextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]},
+    )  # fmt: skip
+    model = transformers.Qwen2VLTextModel(cfg)
+    own = Schedule.from_hf(cfg)
+    kept = use(model, own)
+    assert kept.posenc_path == "rotary" and kept.config.rope_parameters["rope_type"] == "default"
+    with pytest.raises(ValueError, match="before"):
+        use(kept, own)
+    other = Schedule([type(layer)(MRoPE(16, sections=(2, 3, 3), base=5e5)) for layer in own])
+    with pytest.raises(ValueError, match="M-RoPE"):
+        use(transformers.Qwen2VLTextModel(cfg), other)

@@ -78,7 +78,9 @@ def use(model, scheme, *, path="auto", backend="auto"):
     ('attention', torch.Size([1, 3, 32]))
     """
     base = _base(model)
-    if isinstance(base.rotary_emb, (rotary.Rotary, rotary.Unrotated)):
+    if model.__dict__.get("posenc_path") or isinstance(
+        base.rotary_emb, (rotary.Rotary, rotary.Unrotated)
+    ):
         raise ValueError("posenc.hf.use was called on this model before: load it afresh")
     if path not in ("auto", "rotary", "attention"):
         raise ValueError(f"path must be 'auto', 'rotary' or 'attention', got {path!r}")
@@ -99,17 +101,20 @@ def use(model, scheme, *, path="auto", backend="auto"):
         for i, layer in enumerate(own)
     ]  # fmt: skip
     ropes = None if path == "attention" else fit.rotary_fit(mine, theirs, config, modules)
-    if ropes is not None:  # in the form the model's own rotary returns, else not this way
+    kept = ropes is not None and all(r is None for r, _ in ropes.values())  # the model's own
+    if ropes is not None and not kept:  # in the form the model's own rotary returns
         device = next(base.parameters()).device
         layouts = {t: rotary.layout_of(base.rotary_emb, own_rope, device, t)
-                   for t, (_, own_rope) in ropes.items()}  # fmt: skip
-        ropes = None if None in layouts.values() else {
-            t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
+                   for t, (r, own_rope) in ropes.items()}  # fmt: skip
+        ropes = None if None in layouts.values() or any(r is None for r, _ in ropes.values()) \
+            else {t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
     if ropes is None and path == "rotary":
         raise ValueError("path='rotary': HF's attention cannot apply this scheme (not RoPE in "
                          "the model's pairing and width, per layer type, with its windows, "
                          "chunks and softmax scale): use path='auto' or 'attention'")  # fmt: skip
     config = _own_config(model, base)  # from here on, this model's alone
+    if kept:  # the model's own M-RoPE: its rotary stays, and so does its config
+        return _keep(model, base, schedule, "rotary", mark_config=False)
     if ropes is not None:
         base.rotary_emb = rotary.Rotary(ropes)
         return _keep(model, base, schedule, "rotary")
@@ -232,7 +237,7 @@ def _own_config(model, base):
     return new
 
 
-def _keep(model, base, schedule, path):
+def _keep(model, base, schedule, path, mark_config=True):
     """The scheme's encodings as submodules of the model (trained, moved, saved once), and
     the config saying what the model runs (:func:`posenc.torch.hf.export.mark`)."""
     weight = next(base.parameters(), None)
@@ -241,5 +246,6 @@ def _keep(model, base, schedule, path):
         base.posenc_encodings.to(device=weight.device, dtype=weight.dtype)
     model.posenc_path = path
     model.posenc_schedule = schedule
-    mark(base.config, schedule, path)
+    if mark_config:
+        mark(base.config, schedule, path)
     return model

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
+from posenc.torch.encodings.qk.rope_nd import MRoPE
 from posenc.torch.encodings.qk.temperature import QueryTemperature
 from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
 from posenc.torch.hf import rotary
@@ -53,7 +54,8 @@ def positional(enc, own, i, model_type):
 
 def rotary_fit(mine, own, config, modules):
     """``{layer_type: (RotaryEmbedding, the model's own)}`` where HF's attention can apply the
-    scheme, else None. ``mine`` and ``own`` hold per layer ``(encoding, factor, limits)``
+    scheme, else None; ``(None, own)`` for a layer type whose scheme is the model's own M-RoPE
+    (kept: its multi-axis positions reach the model's rotary only). ``mine`` and ``own`` hold per layer ``(encoding, factor, limits)``
     (:func:`positional`); a factor must be the model's own (HF applies its scale)."""
     if own is None:
         return None
@@ -71,16 +73,28 @@ def rotary_fit(mine, own, config, modules):
         if enc is None:
             continue
         (wrap, rope), (own_wrap, own_rope) = peel(enc), peel(theirs)
+        key = types[i] if per_type(config) else None
+        if type(rope) is MRoPE and type(own_rope) is MRoPE:  # kept only as the model's own
+            if wrap != own_wrap or _mrope(rope) != _mrope(own_rope):
+                return None
+            if ropes.setdefault(key, (None, own_rope))[0] is not None:
+                return None
+            continue
         if type(rope) is not RotaryEmbedding or type(own_rope) is not RotaryEmbedding:
             return None
         if wrap != own_wrap or (rope.head_dim, rope.rotary_dim, rope.pairing) != (
             own_rope.head_dim, own_rope.rotary_dim, own_rope.pairing
         ):  # fmt: skip
             return None
-        key = types[i] if per_type(config) else None
         if ropes.setdefault(key, (rope, own_rope))[0] is not rope:
             return None  # layers of one type with different RoPEs: HF has one per type
     return ropes or None
+
+
+def _mrope(rope):
+    """What an M-RoPE computes: its widths, sections, base and layout."""
+    return (rope.head_dim, rope.rotary_dim, rope.sections, rope.base, rope.interleaved,
+            rope.pairing)  # fmt: skip
 
 
 def per_type(config):
