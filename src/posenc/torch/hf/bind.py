@@ -37,11 +37,13 @@ def use(model, scheme, *, path="auto", backend="auto"):
         A decoder (``LlamaForCausalLM``, ``Gemma3ForCausalLM``, their base models, ...):
         its base model holds ``layers`` and ``rotary_emb``.
     scheme : PositionalEncoding, Schedule or dict
-        One encoding for every layer, a :class:`~posenc.torch.Schedule` of one
+        One encoding for every attention layer (with the model's own windows and chunks),
+        a :class:`~posenc.torch.Schedule` of one
         :class:`~posenc.torch.Layer` per ``num_hidden_layers``, or a config dict read by
-        :meth:`Schedule.from_hf <posenc.torch.Schedule.from_hf>`. A layer's
-        :class:`~posenc.torch.SoftmaxFactor` (or Llama 4's query temperature) equal to what
-        the model's attention applies itself is taken as the model's, applied once.
+        :meth:`Schedule.from_hf <posenc.torch.Schedule.from_hf>`. A layer's outer
+        :class:`~posenc.torch.SoftmaxFactor` sets its softmax scale (without one: the
+        model's own, Gemma's ``query_pre_attn_scalar`` say); Llama 4's and Ministral 3's
+        query temperature, which their attention applies itself, must be the model's own.
     path : {"auto", "rotary", "attention"}
         How the scheme goes in: ``"auto"`` (default) replaces the model's rotary where HF's
         attention can apply the scheme, else runs posenc's attention; ``"attention"``
@@ -53,10 +55,13 @@ def use(model, scheme, *, path="auto", backend="auto"):
     Returns
     -------
     transformers.PreTrainedModel
-        The same model, changed in place. ``model.posenc_path`` is ``"rotary"`` (HF's attention with posenc's
-        cos and sin) or ``"attention"`` (posenc's ``attend`` in every attention layer); the
-        encodings are submodules (``model.posenc_encodings``): their parameters train and
-        move with the model.
+        The same model, changed in place. ``model.posenc_path`` is ``"rotary"`` (HF's
+        attention with posenc's cos and sin) or ``"attention"`` (posenc's ``attend`` in
+        every attention layer); the encodings are submodules of the base model
+        (``posenc_encodings``), on its device and dtype: their parameters train, move and
+        save with it. The model gets a config object of its own (transformers shares one
+        between the models built from it), which says what the model runs
+        (:func:`posenc.torch.hf.export.mark`).
 
     Raises
     ------
@@ -64,7 +69,10 @@ def use(model, scheme, *, path="auto", backend="auto"):
         For a scheme with the wrong number of layers, an encoding whose width or heads do
         not fit the model's attention, a model without ``rotary_emb`` or whose attention
         does not go through transformers' ``AttentionInterface``, a layer without
-        attention given an encoding.
+        attention given an encoding, a window wider than the keys transformers' cache
+        keeps on a sliding layer, learned sinks or M-RoPE other than the model's own on
+        posenc's attention; while running, a static cache and an attention implementation
+        changed after ``use``.
 
     Examples
     --------
