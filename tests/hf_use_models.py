@@ -40,9 +40,11 @@ def build(config, seed=0):
 
 @contextlib.contextmanager
 def float64_everywhere():
-    """HF's rotary ``.float()`` and its float32 softmax keep float64 tensors float64."""
+    """HF in float64 throughout: its rotary's ``.float()``, its ``dtype=torch.float`` (the
+    rates at init and per call) and its float32 softmax keep float64 (posenc names its
+    dtypes and never reads ``torch.float``). Build the HF models inside it too."""
     F = torch.nn.functional
-    to_float, softmax = torch.Tensor.float, F.softmax
+    to_float, softmax, float_ = torch.Tensor.float, F.softmax, torch.float
 
     def keep(self, *a, **kw):
         return self if self.dtype == torch.float64 else to_float(self, *a, **kw)
@@ -50,11 +52,11 @@ def float64_everywhere():
     def soft(x, *a, dtype=None, **kw):
         return softmax(x, *a, dtype=None if x.dtype == torch.float64 else dtype, **kw)
 
-    torch.Tensor.float, F.softmax = keep, soft
+    torch.Tensor.float, F.softmax, torch.float = keep, soft, torch.float64
     try:
         yield
     finally:
-        torch.Tensor.float, F.softmax = to_float, softmax
+        torch.Tensor.float, F.softmax, torch.float = to_float, softmax, float_
 
 
 def rel(got, want):
