@@ -104,3 +104,54 @@ def test_gradient_checkpointing_without_position_ids_is_refused():
     model.train()
     with pytest.raises(ValueError, match="gradient checkpointing"):
         model(_ids(1, 8, 7), labels=_ids(1, 8, 7)).loss.backward()
+
+
+def _gemma3_composite():
+    text = gemma3_config(vocab_size=300, num_hidden_layers=2)
+    vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32,
+                                             num_hidden_layers=1, num_attention_heads=2,
+                                             image_size=28, patch_size=14)  # fmt: skip
+    return transformers.Gemma3Config(text_config=text, vision_config=vision,
+                                     mm_tokens_per_image=4, image_token_index=299)  # fmt: skip
+
+
+def test_a_composite_model_saves_reloads_and_leaves_its_twin_alone(tmp_path):
+    from posenc.hf import from_pretrained
+
+    config = _gemma3_composite()  # one config object, two models (transformers shares it)
+    torch.manual_seed(0)
+    a = transformers.Gemma3ForConditionalGeneration(config).eval()
+    torch.manual_seed(0)
+    b = transformers.Gemma3ForConditionalGeneration(config).eval()
+    x = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]])  # longer than the window 8
+    with torch.no_grad():
+        before = b(input_ids=x).logits
+        use(a, ALiBi(2))
+        assert torch.equal(b(input_ids=x).logits, before)
+        assert b.config.text_config.rope_parameters["full_attention"]["rope_type"] == "default"
+        want = a(input_ids=x).logits
+    a.save_pretrained(tmp_path)
+    again = from_pretrained(transformers.AutoModelForImageTextToText, tmp_path, ALiBi(2))
+    with torch.no_grad():
+        assert torch.equal(again.eval()(input_ids=x).logits, want)
+
+
+def test_packed_rows_stay_apart_with_a_padding_mask():
+    model = use(build(llama_config()), RotaryEmbedding(8), path="attention")
+    a, b = _ids(1, 4, 8), _ids(1, 3, 9)
+    ids = torch.cat([torch.zeros(1, 2, dtype=torch.long), a, b], 1)  # two pads, two documents
+    pos = torch.tensor([[0, 0, 0, 1, 2, 3, 0, 1, 2]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        out = model(ids, position_ids=pos, attention_mask=mask).logits[:, 2:]
+        alone = torch.cat([model(a).logits, model(b).logits], 1)
+    assert rel(out, alone) < 1e-12
+
+
+def test_softcapped_logits_are_refused_when_use_is_called():
+    config = transformers.Gemma2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="attn_logit_softcapping"):
+        use(transformers.Gemma2ForCausalLM(config), ALiBi(2))

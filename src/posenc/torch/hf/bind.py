@@ -124,7 +124,7 @@ def use(model, scheme, *, path="auto", backend="auto"):
     if kept:  # the model's own M-RoPE: its rotary stays, and so does its config
         return _keep(model, base, schedule, "rotary", mark_config=False)
     if ropes is not None:
-        base.rotary_emb = rotary.Rotary(ropes)
+        base.rotary_emb = rotary.Rotary(ropes, base.rotary_emb)
         return _keep(model, base, schedule, "rotary")
     if not model._can_set_attn_implementation():
         raise ValueError(f"{type(model).__name__}'s attention does not go through "
@@ -229,20 +229,23 @@ def _forms(base, config):
 
 
 def _own_config(model, base):
-    """Give the model a config object of its own (transformers shares one between the models
-    built from it, and ``use`` writes to it): every module that held the old one now holds
-    the copy, and a composite config points to it."""
-    old = base.config
-    new = copy.deepcopy(old)
+    """Give the model config objects of its own (transformers shares them between the models
+    built from one, and ``use`` writes to the text model's): the model's config is copied
+    whole (a composite one with its sub-configs), and every module of the model that held
+    one of the old objects holds its copy."""
+    top = model.config
+    new_top = copy.deepcopy(top)
+    pairs = {id(top): new_top}
+    for key, value in vars(top).items():  # sub-configs: text_config, vision_config, ...
+        if value is not None and hasattr(value, "to_dict") and hasattr(new_top, key):
+            pairs[id(value)] = getattr(new_top, key)
+    if id(base.config) not in pairs:  # a base model whose config its wrapper does not hold
+        pairs[id(base.config)] = copy.deepcopy(base.config)
     for m in model.modules():
-        if m.__dict__.get("config") is old:
-            m.config = new
-    parents = {id(c): c for m in model.modules() if (c := m.__dict__.get("config")) is not None}
-    for parent in parents.values():
-        for key, value in list(vars(parent).items()):
-            if value is old:
-                setattr(parent, key, new)  # e.g. a multimodal config's text_config
-    return new
+        held = m.__dict__.get("config")
+        if held is not None and id(held) in pairs:
+            m.config = pairs[id(held)]
+    return base.config
 
 
 def _keep(model, base, schedule, path, mark_config=True):

@@ -123,6 +123,12 @@ def check_attention_layer(i, enc, layer, module, config, kept):
         if heads is not None and have is not None and heads != have:
             raise ValueError(f"layer {i}: {type(need).__name__} has heads={heads}, the model "
                              f"num_attention_heads={have}")  # fmt: skip
+    softcap = getattr(config, "attn_logit_softcapping", None)
+    if softcap:
+        raise ValueError(f"layer {i}: the model caps its attention logits "
+                         f"(attn_logit_softcapping={softcap}, Gemma 2), which posenc's "
+                         "attention does not: this model takes RoPE only, through its own "
+                         "attention")  # fmt: skip
     sinks = [n for n, _ in module.named_parameters(recurse=False) if "sink" in n]
     if sinks:
         raise ValueError(f"layer {i}: {type(module).__name__} has learned attention sinks "

@@ -127,9 +127,8 @@ def _positions(position_ids, sq, sk, pad, batch):
         )
     if run is not None:
         return run, range(run.stop - sk, run.stop), None
-    if sq == sk:
-        docs = _packed(position_ids, batch) if pad is None else None
-        return position_ids, position_ids, docs
+    if sq == sk:  # packed rows keep their documents apart, padded or not
+        return position_ids, position_ids, _packed(position_ids, batch)
     back = torch.arange(sk - 1, -1, -1, device=position_ids.device)  # (sk,)
     k_pos = (position_ids[:, -1:] - back).clamp_min(0)  # (b|1, sk)
     return position_ids, k_pos, None

@@ -31,15 +31,21 @@ class Rotary(nn.Module):
     ----------
     ropes : dict
         ``{layer_type: (RotaryEmbedding, layout)}`` (``None``: one for every layer).
+    original : torch.nn.Module
+        The model's own rotary, called for a layer type ``ropes`` does not hold.
     """
 
-    def __init__(self, ropes):
+    def __init__(self, ropes, original):
         super().__init__()
         self.by_type = dict(ropes)
         self.encodings = nn.ModuleList(dict.fromkeys(r for r, _ in self.by_type.values()))
+        self.original = original  # the model's own, for a layer type the scheme leaves alone
 
     def forward(self, x, position_ids, layer_type=None):
-        rope, layout = self.by_type[layer_type if layer_type in self.by_type else None]
+        key = layer_type if layer_type in self.by_type else None
+        if key not in self.by_type:  # a layer type without RoPE in the scheme: the model's
+            return self.original(x, position_ids, layer_type)
+        rope, layout = self.by_type[key]
         return form(rope.table(position_ids, x.dtype, device=x.device), layout, x.dtype)
 
 

@@ -15,6 +15,9 @@ from posenc.torch.hf.export import unmark
 
 __all__ = ["from_pretrained"]
 
+# from_pretrained's keyword arguments that say where the files are
+HUB = ("subfolder", "revision", "token", "cache_dir", "local_files_only", "force_download")
+
 PREFIX = "posenc_encodings."  # where use keeps the encodings, under the base model
 
 
@@ -24,7 +27,7 @@ def from_pretrained(model_class, path, scheme, **kwargs):
     Parameters
     ----------
     model_class : type
-        A transformers model class (``LlamaForCausalLM``, ...).
+        A transformers model class (``LlamaForCausalLM``, ``AutoModelForCausalLM``, ...).
     path : str or os.PathLike
         What ``model_class.from_pretrained`` takes (a directory or a Hub id).
     scheme : PositionalEncoding, Schedule or dict
@@ -44,19 +47,21 @@ def from_pretrained(model_class, path, scheme, **kwargs):
         Where the saved weights lack a parameter of the scheme's encodings (another
         scheme than the one saved).
     """
+    from transformers import CONFIG_MAPPING
     from transformers.utils import cached_file
 
     from posenc.torch.hf.bind import use
 
-    with open(cached_file(str(path), "config.json")) as f:
-        d = json.load(f)
-    d["rope_parameters"] = unmark(d.get("rope_parameters"))
-    config = model_class.config_class.from_dict(d)
+    hub = {k: kwargs[k] for k in HUB if k in kwargs}  # where the files are: config, weights
+    with open(cached_file(str(path), "config.json", **hub)) as f:
+        d = _unmarked(json.load(f))
+    config_class = getattr(model_class, "config_class", None) or CONFIG_MAPPING[d["model_type"]]
+    config = config_class.from_dict(d)
     model = model_class.from_pretrained(path, config=config, **kwargs)
     use(model, scheme)
     want = {k for k in model.state_dict() if PREFIX in k}
     if want:
-        got = _saved_tensors(path, want)
+        got = _saved_tensors(path, want, hub)
         if set(got) != want:
             raise ValueError(f"the saved weights lack {sorted(want - set(got))}: the scheme "
                              "is not the one the model was saved with")  # fmt: skip
@@ -64,19 +69,27 @@ def from_pretrained(model_class, path, scheme, **kwargs):
     return model
 
 
-def _saved_tensors(path, names):
+def _unmarked(d):
+    """A config dict with every ``rope_parameters`` in it (a composite config's
+    ``text_config`` too) as it was before posenc marked it."""
+    if not isinstance(d, dict):
+        return d
+    return {k: unmark(v) if k == "rope_parameters" else _unmarked(v) for k, v in d.items()}
+
+
+def _saved_tensors(path, names, hub):
     """The tensors ``names`` from a saved model's safetensors file(s)."""
     from safetensors.torch import load_file
     from transformers.utils import cached_file
 
     index = cached_file(str(path), "model.safetensors.index.json",
-                        _raise_exceptions_for_missing_entries=False)  # fmt: skip
+                        _raise_exceptions_for_missing_entries=False, **hub)  # fmt: skip
     if index is None:
-        files = {cached_file(str(path), "model.safetensors")}
+        files = {cached_file(str(path), "model.safetensors", **hub)}
     else:
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
-        files = {cached_file(str(path), weight_map[n]) for n in names if n in weight_map}
+        files = {cached_file(str(path), weight_map[n], **hub) for n in names if n in weight_map}
     found = {}
     for file in files:
         found |= {k: v for k, v in load_file(file).items() if k in names}
