@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 import transformers
 from _common import machine
+from bench_host import ratio
 
 from posenc.hf import use
 from posenc.torch import Schedule
@@ -66,23 +65,6 @@ def _prefill(model):
     return lambda: model(ids, use_cache=False)
 
 
-def _ms(fn, calls):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls * 1e3
-
-
-def ratio(ours, peer, calls, rounds=11):
-    for fn in (ours, peer, ours, peer):
-        fn()
-    times = {"ours": [], "peer": []}
-    for _ in range(rounds):
-        times["ours"].append(_ms(ours, calls))
-        times["peer"].append(_ms(peer, calls))
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/hf_use.json")
@@ -96,8 +78,8 @@ def main():
         use(mine, Schedule.from_hf(mine.config), path=path)
         assert mine.posenc_path == path
         for case, make, calls in (("decode", _decode, 40), ("prefill", _prefill, 5)):
-            with torch.no_grad():
-                ms = ratio(make(mine), make(hf), calls)
+            with torch.no_grad():  # us per call, alternating rounds (bench_host's timing)
+                ms = {k: v / 1e3 for k, v in ratio(make(mine), make(hf), calls=calls).items()}
             label = f"{case}, {path}"
             row = {"case": label, "posenc_ms": round(ms["ours"], 3), "hf_ms": round(ms["peer"], 3),
                    "ratio": round(ms["ours"] / ms["peer"], 3), "target": TARGETS[label]}  # fmt: skip

@@ -60,8 +60,9 @@ def use(model, scheme, *, path="auto", backend="auto"):
         every attention layer); the encodings are submodules of the base model
         (``posenc_encodings``), on its device and dtype: their parameters train, move and
         save with it. The model gets a config object of its own (transformers shares one
-        between the models built from it), which says what the model runs
-        (:func:`posenc.torch.hf.export.mark`).
+        between the models built from it), which says what the model runs: the
+        ``rope_parameters`` HF builds the scheme from, or ``"rope_type": "posenc"`` where
+        HF cannot (see :func:`~posenc.torch.hf.from_pretrained`).
 
     Raises
     ------
