@@ -72,3 +72,10 @@ def test_the_models_own_m_rope_is_kept_and_another_refused():
     other = Schedule([type(layer)(MRoPE(16, sections=(2, 3, 3), base=5e5)) for layer in own])
     with pytest.raises(ValueError, match="M-RoPE"):
         use(transformers.Qwen2VLTextModel(cfg), other)
+
+
+def test_a_rotary_that_takes_a_layer_type_and_is_read_while_running():
+    # LFM3's rotary needs a layer_type though its parameters are flat, and its model reads
+    # rotary_emb.layer_types each forward: the stand-in passes both through
+    row = atlas_use.run_type("lfm3")
+    assert row["status"] == "exact", row

@@ -142,7 +142,7 @@ def use(model, scheme, *, path="auto", backend="auto"):
         module.__dict__["posenc_layer"] = hooks.Bound(
             enc, layer.window, layer.chunk, backend, factor, layers[i]
         )
-    base.rotary_emb = rotary.Unrotated(_forms(base, config), config)
+    base.rotary_emb = rotary.Unrotated(_forms(base, config), config, base.rotary_emb)
     hooks.register()
     config._attn_implementation = hooks.NAME  # the text model's config only (not a vision tower's)
     return _keep(model, base, schedule, "attention")

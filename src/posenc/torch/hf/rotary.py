@@ -17,10 +17,24 @@ from torch import nn
 
 from posenc.torch.hf.hooks import LOCAL, NAME
 
-__all__ = ["Rotary", "Unrotated", "form", "layout_of", "probe_form", "permutes"]
+__all__ = ["Rotary", "Unrotated", "form", "layout_of", "probe_form", "permutes", "call"]
 
 
-class Rotary(nn.Module):
+class _Standin(nn.Module):
+    """A stand-in for a model's ``rotary_emb``: attributes it does not have come from the
+    model's own (``original``), which some models read while running (LFM3's
+    ``layer_types``)."""
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "original" or name.startswith("_"):
+                raise
+            return getattr(self._modules["original"], name)
+
+
+class Rotary(_Standin):
     """posenc's RoPE in the form the model's own rotary returns (``layout``, found by
     :func:`layout_of`): ``"cat"`` ``(cos, sin)`` of ``[c, c]`` (HF's ``rotate_half``; GLM and
     DeepSeek interleave in their apply function), ``"interleave"`` of ``c`` repeated in
@@ -66,22 +80,45 @@ def layout_of(rotary, rope, device, layer_type=None):
     positions 0..15; ``None`` where none matches (posenc then encodes in attention)."""
     x = torch.zeros(1, 1, 1, device=device)
     pos = torch.arange(16, device=device)[None]  # (1, 16)
+    # rates kept in half precision (a model cast to bf16) move the angles by up to ~0.06 here;
+    # the layouts differ by far more (cos 15 against cos 1.5 for the two fastest pairs)
+    low = any(b.is_floating_point() and b.dtype not in (torch.float32, torch.float64)
+              for b in rotary.buffers())  # fmt: skip
     with torch.no_grad():
-        theirs = rotary(x, pos) if layer_type is None else rotary(x, pos, layer_type)
+        theirs = call(rotary, x, pos, layer_type)
         cs = rope.table(pos, torch.float32, device=device)
         for layout in ("cat", "interleave", "half", "complex"):
             mine = form(cs, layout, torch.float32)
-            if _close(theirs, mine):
+            if _close(theirs, mine, 0.1 if low else 1e-5):
                 return layout
     return None
 
 
-def _close(a, b):
+def call(rotary, x, position_ids, layer_type=None):
+    """A model's rotary at ``position_ids``: with the layer type where it takes one (a rotary
+    that needs one though its parameters are not per type, LFM3's, gets the first of the
+    config's layer types it knows)."""
+    if layer_type is not None:
+        return rotary(x, position_ids, layer_type)
+    need = inspect.signature(rotary.forward).parameters.get("layer_type")
+    if need is None or need.default is not inspect.Parameter.empty:
+        return rotary(x, position_ids)
+    types = getattr(getattr(rotary, "config", None), "layer_types", None) or []
+    for kind in dict.fromkeys(types):
+        try:
+            return rotary(x, position_ids, kind)
+        except KeyError:  # a layer type without RoPE (a convolution, say)
+            continue
+    raise ValueError(f"{type(rotary).__name__} takes a layer_type, and none of the config's "
+                     f"layer types {sorted(set(types))} has a RoPE")  # fmt: skip
+
+
+def _close(a, b, atol):
     if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
         return False
     if isinstance(a, torch.Tensor):
-        return a.shape == b.shape and bool(torch.allclose(a.to(b.dtype), b, atol=1e-5))
-    return len(a) == len(b) and all(_close(u, v) for u, v in zip(a, b, strict=True))
+        return a.shape == b.shape and bool(torch.allclose(a.to(b.dtype), b, atol=atol))
+    return len(a) == len(b) and all(_close(u, v, atol) for u, v in zip(a, b, strict=True))
 
 
 def permutes(module):
@@ -103,12 +140,13 @@ def permutes(module):
     return None
 
 
-class Unrotated(nn.Module):
+class Unrotated(_Standin):
     """HF's rotation made the identity: ``cos = 1, sin = 0`` (or a complex 1) of the width
     and form the model's own rotary returned for one probe position, per layer type."""
 
-    def __init__(self, forms, config):
+    def __init__(self, forms, config, original):
         super().__init__()
+        self.original = original  # the model's own: its attributes, and nothing else
         self.forms = dict(forms)  # {layer_type or None: ("cos_sin" | "complex", width)}
         self.__dict__["config"] = config  # a plain reference: which attention runs
 
@@ -136,9 +174,8 @@ def probe_form(rotary, config, device, layer_type=None):
     """The form of what a model's rotary returns, from one call at position 0."""
     x = torch.zeros(1, 1, 1, device=device)
     pos = torch.zeros(1, 1, dtype=torch.long, device=device)
-    args = (x, pos) if layer_type is None else (x, pos, layer_type)
     with torch.no_grad():
-        out = rotary(*args)
+        out = call(rotary, x, pos, layer_type)
     if isinstance(out, torch.Tensor) and out.is_complex():
         return ("complex", out.shape[-1])
     if isinstance(out, (tuple, list)) and len(out) == 2:
