@@ -155,3 +155,9 @@ def test_softcapped_logits_are_refused_when_use_is_called():
     )  # fmt: skip
     with pytest.raises(ValueError, match="attn_logit_softcapping"):
         use(transformers.Gemma2ForCausalLM(config), ALiBi(2))
+
+
+def test_a_model_cast_to_bf16_keeps_the_rotary_way():
+    # its rotary's rates are bf16: the layout probe allows their rounding
+    model = transformers.LlamaForCausalLM(llama_config()).to(torch.bfloat16)
+    assert use(model, Schedule.from_hf(llama_config())).posenc_path == "rotary"
