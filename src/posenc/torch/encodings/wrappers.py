@@ -16,12 +16,26 @@ import inspect
 import math
 
 import torch
+from torch import nn
 
 from posenc._checks import check_int
 from posenc.torch.encodings.base import PositionalEncoding
 from posenc.torch.positions import position_arg
 
 __all__ = ["ChannelSlice", "SoftmaxFactor"]
+
+
+def delegate_attribute(module, name, child):
+    """``module``'s attribute ``name`` (a parameter, buffer or submodule), else the one of its
+    submodule ``child``: a module standing in for another (a wrapper, posenc's stand-in for
+    a transformers model's ``rotary_emb``) answers what it does not hold itself. Private
+    names and ``child`` itself are never looked up in ``child``."""
+    try:
+        return nn.Module.__getattr__(module, name)
+    except AttributeError:
+        if name == child or name.startswith("_"):
+            raise
+        return getattr(module._modules[child], name)
 
 
 class _Wrapped(PositionalEncoding):
@@ -39,12 +53,7 @@ class _Wrapped(PositionalEncoding):
     places = property(lambda self: self.inner.places)
 
     def __getattr__(self, name):  # heads, max_len, ...: what checks ask of the inner encoding
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name == "inner" or name.startswith("_"):
-                raise
-            return getattr(self._modules["inner"], name)
+        return delegate_attribute(self, name, "inner")
 
     def forward(self, *args, **kwargs):
         return self.inner(*args, **kwargs)  # hooks other than the wrapped one: the inner's

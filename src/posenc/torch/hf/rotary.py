@@ -15,6 +15,7 @@ import sys
 import torch
 from torch import nn
 
+from posenc.torch.encodings.wrappers import delegate_attribute
 from posenc.torch.hf.hooks import LOCAL, NAME
 
 __all__ = ["Rotary", "Unrotated", "form", "layout_of", "probe_form", "permutes", "call"]
@@ -26,12 +27,7 @@ class _Standin(nn.Module):
     ``layer_types``)."""
 
     def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name == "original" or name.startswith("_"):
-                raise
-            return getattr(self._modules["original"], name)
+        return delegate_attribute(self, name, "original")
 
 
 class Rotary(_Standin):
