@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
+from pathlib import Path
 
 import torch
 import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import atlas_e2e_capture as capture  # noqa: E402
 
 V = 64  # vocabulary
 
@@ -41,22 +46,10 @@ def build(config, seed=0):
 @contextlib.contextmanager
 def float64_everywhere():
     """HF in float64 throughout: its rotary's ``.float()``, its ``dtype=torch.float`` (the
-    rates at init and per call) and its float32 softmax keep float64 (posenc names its
-    dtypes and never reads ``torch.float``). Build the HF models inside it too."""
-    F = torch.nn.functional
-    to_float, softmax, float_ = torch.Tensor.float, F.softmax, torch.float
-
-    def keep(self, *a, **kw):
-        return self if self.dtype == torch.float64 else to_float(self, *a, **kw)
-
-    def soft(x, *a, dtype=None, **kw):
-        return softmax(x, *a, dtype=None if x.dtype == torch.float64 else dtype, **kw)
-
-    torch.Tensor.float, F.softmax, torch.float = keep, soft, torch.float64
-    try:
+    rates at init and per call) and its float32 softmax keep float64 (the atlas's harness,
+    tools/atlas_e2e_capture.py). Build the HF models inside it too."""
+    with capture.float64_everywhere(), capture.float_is_float64():
         yield
-    finally:
-        torch.Tensor.float, F.softmax, torch.float = to_float, softmax, float_
 
 
 def rel(got, want):

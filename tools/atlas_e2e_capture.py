@@ -4,7 +4,9 @@ Inside one forward of HF's model, :func:`capture` records, per attention layer, 
 the modeling module's ``apply_rotary*`` functions (inputs and outputs) and of its
 ``eager_attention_forward`` (q, k, v and the attention output); :func:`pre_position` turns
 them into the q and k before any position was applied. :func:`float64_everywhere` keeps
-HF's float32 casts (``Tensor.float``, ``softmax(dtype=torch.float32)``) in float64.
+HF's float32 casts (``Tensor.float``, ``softmax(dtype=torch.float32)``) in float64, and
+:func:`float_is_float64` its ``dtype=torch.float`` as well (tools/atlas_use.py, the tests
+of ``posenc.hf.use``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,20 @@ def float64_everywhere():
         yield
     finally:
         torch.Tensor.float, F.softmax = to_float, softmax
+
+
+@contextlib.contextmanager
+def float_is_float64():
+    """``torch.float`` read as float64 while HF builds and runs the model: its rotary classes
+    compute their inverse frequencies as ``arange(..., dtype=torch.float)`` and cast them
+    ``.to(dtype=torch.float)`` per call, which would hide float64's agreement behind ~1e-7
+    (posenc names its dtypes, ``torch.float32``, and never reads ``torch.float``)."""
+    keep = torch.float
+    torch.float = torch.float64
+    try:
+        yield
+    finally:
+        torch.float = keep
 
 
 def _heads_first(t):

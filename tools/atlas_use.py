@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import subprocess
@@ -56,20 +55,6 @@ def _model(config):
     return model_class(module, config), False
 
 
-@contextlib.contextmanager
-def _float_is_float64():
-    """``torch.float`` read as float64 while HF builds and runs the model: its rotary classes
-    compute their inverse frequencies as ``arange(..., dtype=torch.float)`` and cast them
-    ``.to(dtype=torch.float)`` per call, which would hide float64's agreement behind ~1e-7
-    (posenc names its dtypes, ``torch.float32``, and never reads ``torch.float``)."""
-    keep = torch.float
-    torch.float = torch.float64
-    try:
-        yield
-    finally:
-        torch.float = keep
-
-
 def _out(model, ids, lm):
     out = model(input_ids=ids, use_cache=False)
     return out.logits if lm else out.last_hidden_state
@@ -81,7 +66,7 @@ def _rel(a, b):
 
 def run_type(model_type):
     """One row: the model type's result."""
-    from atlas_e2e_capture import float64_everywhere
+    from atlas_e2e_capture import float64_everywhere, float_is_float64
     from atlas_e2e_config import S, tiny
     from transformers import CONFIG_MAPPING
 
@@ -103,7 +88,7 @@ def run_type(model_type):
             return {"status": "not-built", "reason": f"the tiny config still builds {size:,} "
                     f"parameters (> {MAX_PARAMS:,}): a size the config does not shrink"}  # fmt: skip
         torch.manual_seed(0)
-        with _float_is_float64():  # HF's rotary inits compute inv_freq in torch.float
+        with float_is_float64():  # HF's rotary inits compute inv_freq in torch.float
             model = cls(config).to(torch.float64).eval()
         with torch.no_grad():
             for m in model.modules():  # O(1) scores, as the atlas's end-to-end check
@@ -111,7 +96,7 @@ def run_type(model_type):
                     m.weight.normal_(0, m.in_features**-0.5)
         vocab = d.get("vocab_size") or 128
         ids = torch.randint(1, vocab, (2, S), generator=torch.Generator().manual_seed(0))
-        with torch.no_grad(), float64_everywhere(), _float_is_float64():
+        with torch.no_grad(), float64_everywhere(), float_is_float64():
             want = _out(model, ids, lm)
             kw = dict(max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
             tokens = model.generate(ids[:, :6], **kw) if lm else None
@@ -131,7 +116,7 @@ def run_type(model_type):
             break
         if forced and mine.posenc_path != "attention":
             break
-        with torch.no_grad(), float64_everywhere(), _float_is_float64():
+        with torch.no_grad(), float64_everywhere(), float_is_float64():
             try:
                 err = _rel(_out(mine, ids, lm), want)
                 same = None if not lm else bool(torch.equal(mine.generate(ids[:, :6], **kw),
