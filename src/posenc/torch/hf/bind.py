@@ -110,13 +110,16 @@ def use(model, scheme, *, path="auto", backend="auto"):
         for i, layer in enumerate(own)
     ]  # fmt: skip
     ropes = None if path == "attention" else fit.rotary_fit(mine, theirs, config, modules)
-    kept = ropes is not None and all(r is None for r, _ in ropes.values())  # the model's own
+    own_kept = {r is None for r, _ in (ropes or {}).values()}  # the model's own M-RoPE
+    kept = own_kept == {True}
+    if own_kept == {True, False}:
+        ropes = None  # the model's own M-RoPE beside another RoPE: not one rotary's work
     if ropes is not None and not kept:  # in the form the model's own rotary returns
         device = next(base.parameters()).device
         layouts = {t: rotary.layout_of(base.rotary_emb, own_rope, device, t)
-                   for t, (r, own_rope) in ropes.items()}  # fmt: skip
-        ropes = None if None in layouts.values() or any(r is None for r, _ in ropes.values()) \
-            else {t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
+                   for t, (_, own_rope) in ropes.items()}  # fmt: skip
+        ropes = None if None in layouts.values() else {
+            t: (r, layouts[t]) for t, (r, _) in ropes.items()}  # fmt: skip
     if ropes is None and path == "rotary":
         raise ValueError("path='rotary': HF's attention cannot apply this scheme (not RoPE in "
                          "the model's pairing and width, per layer type, with its windows, "
@@ -131,13 +134,13 @@ def use(model, scheme, *, path="auto", backend="auto"):
         raise ValueError(f"{type(model).__name__}'s attention does not go through "
                          "transformers' AttentionInterface: posenc can only replace its "
                          "rotary_emb, and this scheme needs posenc's attention")  # fmt: skip
-    kept = fit.cache_limits(config, len(schedule))
+    cached = fit.cache_limits(config, len(schedule))
     layers = _layers(base)
     for i, ((enc, factor, _), layer, module) in enumerate(zip(mine, schedule, modules,
                                                               strict=True)):  # fmt: skip
         if module is None:
             continue
-        fit.check_attention_layer(i, enc, layer, module, config, kept[i])
+        fit.check_attention_layer(i, enc, layer, module, config, cached[i])
         enc = NoPE() if enc is None else enc
         module.__dict__["posenc_layer"] = hooks.Bound(
             enc, layer.window, layer.chunk, backend, factor, layers[i]

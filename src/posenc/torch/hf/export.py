@@ -9,9 +9,9 @@ without an HF rope type, a window the config does not give -- raises ``ValueErro
 name: a config written here never claims a scheme HF builds otherwise. :func:`mark` writes
 into a ``use``d model's config what it runs: ``to_hf``'s parameters, or, where HF cannot
 build the scheme, its own parameters with ``"rope_type": "posenc"`` (the model's own type
-kept beside it), which
-transformers refuses to build (its rotary classes know no such type): a saved model never
-reloads as a RoPE model by mistake (:func:`posenc.hf.from_pretrained <posenc.torch.hf.from_pretrained>` reloads it).
+kept beside it), which transformers refuses to build (its rotary classes know no such
+type): a saved model never reloads as a RoPE model by mistake (posenc.hf.from_pretrained
+reloads it).
 """
 
 from __future__ import annotations

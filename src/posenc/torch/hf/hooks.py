@@ -1,13 +1,12 @@
-"""What :func:`posenc.hf.use <posenc.torch.hf.use>` puts into a transformers model: rotary modules and an attention.
+"""The attention posenc.hf.use registers with transformers, and its mask function.
 
-* :class:`Rotary` replaces a model's ``rotary_emb``: posenc's RoPE handed to HF's own
-  attention as HF's ``(cos, sin)``, per layer type where the model has several;
-* :class:`Unrotated` replaces it where posenc encodes inside attention: HF's rotation made
-  the identity, in the form the model's apply function takes;
+(The modules it puts in place of a model's ``rotary_emb`` are in :mod:`.rotary`.)
+
 * :func:`attention` is registered with transformers' ``AttentionInterface`` as ``"posenc"``:
   it receives HF's q, k, v and ``position_ids`` and calls :func:`posenc.torch.attend` with
-  the layer's encoding, window and chunk; :func:`padding_only` is its mask function (the
-  keys' padding, or ``None``): posenc builds the causal, window, chunk and document masks.
+  the layer's encoding, window and chunk (a :class:`Bound` kept on HF's attention module);
+* :func:`padding_only` is its mask function (the keys' padding, or ``None``): posenc
+  builds the causal, window, chunk and document masks.
 
 Shape legend: q ``(batch, heads, seq_q, head_dim)``, k and v ``(batch, kv_heads, seq_k, ·)``,
 ``position_ids`` ``(batch|1, seq_q)``.
