@@ -248,6 +248,7 @@ def test_layers_without_attention_carry_no_position(kind):
         "temperature": None,
         "slice_start": None,
         "softmax_factor": None,
+        "sinks": None,
     }
     assert s["layers"][0]["attention"] is True and s["layers"][0]["rope"]["base"] == 1e4
 

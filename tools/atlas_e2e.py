@@ -82,13 +82,15 @@ def model_class(module, config):
     return getattr(transformers, name, None) if isinstance(name, str) else None
 
 
-def _posenc_layer(schedule, i, q, k, v, causal):
+def _posenc_layer(schedule, i, q, k, v, causal, module):
     from posenc.torch import attend
 
     layer = schedule[i]
     params = inspect.signature(attend).parameters
     extra = {f.name: getattr(layer, f.name) for f in dataclasses.fields(layer)
-             if f.name != "encoding" and f.name in params}  # fmt: skip
+             if f.name not in ("encoding", "sinks") and f.name in params}  # fmt: skip
+    if layer.sinks:  # the layer's learned logits: the HF module's own
+        extra["sinks"] = getattr(module, "sinks", None)
     return attend(q, k, v, schedule.encoding_of(i), causal=causal, backend="sdpa", **extra)
 
 
@@ -107,8 +109,8 @@ def run_layout(cfg_cls, model_cls, module, d):
                 if isinstance(m, torch.nn.Linear):
                     m.weight.normal_(0, m.in_features**-0.5)
             sinks = [p for name, p in model.named_parameters() if name.endswith("sinks")]
-            for p in sinks:  # no weight on the sink: posenc's attention has none
-                p.fill_(-float("inf"))
+            for p in sinks:  # logits of the order of the scores: the sinks take weight
+                p.normal_(0, 1)
             ids = torch.randint(0, d["vocab_size"], (1, S))
             with capture(module, model) as calls, float64_everywhere():
                 model(input_ids=ids, use_cache=False)
@@ -146,7 +148,7 @@ def run_layout(cfg_cls, model_cls, module, d):
             return {"status": "not-captured", "reason": f"layer {i}: {pre}"}
         causal = bool(getattr(call["module"], "is_causal", True))
         try:
-            got = _posenc_layer(schedule, i, *pre, call["v"], causal)
+            got = _posenc_layer(schedule, i, *pre, call["v"], causal, call["module"])
         except ValueError as err:  # built, then refused at apply time: a wrong build
             return {"status": "differs", "reason": f"layer {i}: posenc's layer does not fit "
                     f"HF's q, k: {err}"[:300]}  # fmt: skip
@@ -164,7 +166,7 @@ def run_layout(cfg_cls, model_cls, module, d):
     if wide:  # HF derived a limit the tiny config did not shrink: it does not act here
         out["unexercised"] = f"{', '.join(wide)} >= {S - 1} tokens: not exercised"
     if sinks:
-        out["sinks"] = "attention sinks set to -inf (not a position scheme; posenc has none)"
+        out["sinks"] = "learned sink logits drawn from N(0, 1), posenc's layers given the same"
     if status == "differs":
         bad = [n for n in notes if "posenc gives" in n or float(n.rsplit(" ", 1)[1]) > TOL]
         out["reason"] = "layers " + "; ".join(bad)

@@ -23,7 +23,13 @@ from posenc.scaling.per_pair import yarn_mscale
 __all__ = ["schedule_from_hf"]
 
 # the settings of one layer (``attention`` first)
-KEYS = ("attention", "rope", "window", "chunk", "temperature", "slice_start", "softmax_factor")
+KEYS = ("attention", "rope", "window", "chunk", "temperature", "slice_start", "softmax_factor",
+        "sinks")  # fmt: skip
+
+# model types whose every attention layer adds a learned logit per head to its softmax
+# (``self.sinks = nn.Parameter(...)``, HF's ``s_aux``: GptOssAttention and its kin)
+SINKS = frozenset(("gpt_oss", "granite_swa", "granitemoe_swa", "flint", "openai_privacy_filter",
+                   "deepseek_v4"))  # fmt: skip
 
 # model types whose per-layer ``no_rope_layers`` (1: RoPE, 0: none) decides (Llama4TextAttention,
 # SmolLM3Attention, MistralLarge4TextAttention: ``self.use_rope = config.no_rope_layers[i]``)
@@ -82,7 +88,8 @@ def schedule_from_hf(config):
         ``RotaryEmbedding``, or of ``MRoPE`` with ``"mrope": True``, or ``None``: no
         position), ``window``, ``chunk``, ``temperature`` (``scale``, ``floor``,
         ``shift`` of ``QueryTemperature``, or ``None``), ``slice_start`` (the first rotated
-        channel, or ``None``) and ``softmax_factor`` (or ``None``). Which layers slide, keep
+        channel, or ``None``), ``softmax_factor`` (or ``None``) and ``sinks`` (``True``
+        where the layer adds a learned logit per head to its softmax: GPT-OSS). Which layers slide, keep
         their window and rotate, and the widths of layers given their own
         (``per_layer_config``: Gemma 4's full layers, Dots3's sliding ones), follow the model
         type's rules (``posenc.hf.layers``). A window is a layer's only where HF's eager and
@@ -162,6 +169,7 @@ def schedule_from_hf(config):
             "chunk": _chunk(cfg, kind), "temperature": _temperature(cfg, model_type, rope),
             "slice_start": lcfg.get("qk_nope_head_dim") if _mla(lcfg) and rope else None,
             "softmax_factor": _softmax_factor(lcfg, model_type, ropes[kind]),
+            "sinks": model_type in SINKS,
         })  # fmt: skip
     settled.check_selection(cfg, model_type, layers)  # Doge's dynamic mask
     width = _qk_width(cfg, ropes.values())

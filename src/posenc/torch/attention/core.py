@@ -24,6 +24,7 @@ from posenc.torch.attention import reuse
 from posenc.torch.attention.flex import flex_plan
 from posenc.torch.attention.mask import _mask, check_limits, refuse_bidirectional_window, release
 from posenc.torch.attention.run import _kernels_for, _run, _sdpa  # noqa: F401 (tests read them)
+from posenc.torch.attention.sinks import check_sinks
 from posenc.torch.documents import check_agree, check_documents, default_positions
 from posenc.torch.encodings.base import NoPE, PositionalEncoding
 from posenc.torch.encodings.checks import check_encoding, check_float, check_heads
@@ -142,6 +143,7 @@ def attend(
     window=None,
     chunk=None,
     documents=None,
+    sinks=None,
 ):
     """Attention with a positional encoding: the functional core of :class:`MultiHeadAttention`.
 
@@ -188,6 +190,10 @@ def attend(
         Int64 ``(batch, seq)`` document ids of packed rows (self-attention, ``seq_q ==
         seq_k``), non-decreasing along a row: no query sees a key of another document, and
         positions not given restart at 0 at each document (at its first real token).
+    sinks : torch.Tensor, optional
+        ``(heads,)`` a learned sink logit per query head (GPT-OSS): one more term
+        ``exp(sinks[h])`` in every softmax denominator, a key with no value
+        (:mod:`posenc.torch.attention.sinks`).
 
     Returns
     -------
@@ -205,7 +211,8 @@ def attend(
     known, snap, q_in, k_in = None, None, q, k  # default positions: a call planned before
     # goes straight to the kernel (keyed by the q and k given, not the encoded ones)
     if (q_positions is None and k_positions is None and padding_mask is None and window is None
-            and chunk is None and documents is None and not torch.compiler.is_compiling()
+            and chunk is None and documents is None and sinks is None
+            and not torch.compiler.is_compiling()
             and isinstance(encoding, (PositionalEncoding, type(None)))):  # fmt: skip
         enc = _NOPE if encoding is None else encoding
         planned = reuse.last_call(enc, q, k, v, causal, backend)  # the same call again
@@ -234,6 +241,7 @@ def attend(
         check_float(name, t)
     b, h, sq, hd = q.shape
     check_heads(enc, h)
+    sinks = None if sinks is None else check_sinks(sinks, h, q.dtype)
     sk = k.shape[2]
     if k.shape[0] != b or v.shape[:3] != k.shape[:3] or h % k.shape[1]:
         raise ValueError(
@@ -270,7 +278,7 @@ def attend(
     )  # fmt: skip
     scale = enc.softmax_scale(hd)
     try:
-        out = _run(q, k, v, step, scale)
+        out = _run(q, k, v, step, scale, sinks)
         if known is not None and _keepable(step, q_pos, k_pos):
             gqa, wide = q.shape[1] != k.shape[1], q.shape[-1] > v.shape[-1]
             # SDPA's own scale is 1 / sqrt(width) in double precision: the same number or not

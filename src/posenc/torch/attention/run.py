@@ -5,18 +5,24 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled
+from posenc.torch.attention.sinks import rescale, sink_key
 
 __all__ = []
 
 
-def _sdpa(q, k, v, mask, is_causal, scale, gqa):
-    """SDPA of encoded ``q, k`` over ``v`` with a planned mask (``None``: ``is_causal``)."""
+def _sdpa(q, k, v, mask, is_causal, scale, gqa, sinks=None):
+    """SDPA of encoded ``q, k`` over ``v`` with a planned mask (``None``: ``is_causal``);
+    ``sinks`` ``(heads,)``: a sink logit per head, as one more key (:mod:`.sinks`)."""
+    if sinks is not None:
+        k, v, mask = sink_key(k, v, mask, is_causal, sinks)  # seq_k + 1 keys
+        is_causal = False
     width = v.shape[-1]
     wide = q.shape[-1] > width
     if wide:  # the fused kernels need one head width: zero-pad v, 2-5x faster
@@ -28,11 +34,13 @@ def _sdpa(q, k, v, mask, is_causal, scale, gqa):
     return out[..., :width] if wide else out  # (b, heads, seq_q, v_dim)
 
 
-def _run(q, k, v, step, scale):
-    """Attention of encoded ``q, k`` over values ``v`` with a planned mask, either backend."""
+def _run(q, k, v, step, scale, sinks=None):
+    """Attention of encoded ``q, k`` over values ``v`` with a planned mask, either backend;
+    ``sinks``: a checked ``(heads,)`` sink logit per head, or ``None``."""
     gqa = q.shape[1] != k.shape[1]
+    sinks = None if sinks is None else sinks.to(q.dtype)  # a parameter: autocast's q may differ
     if step.backend == "sdpa":
-        return _sdpa(q, k, v, step.mask, step.is_causal, scale, gqa)
+        return _sdpa(q, k, v, step.mask, step.is_causal, scale, gqa, sinks)
     needs_grad = q.requires_grad or k.requires_grad or v.requires_grad
     if q.device.type == "cpu" and needs_grad:
         if torch.is_grad_enabled():
@@ -47,6 +55,8 @@ def _run(q, k, v, step, scale):
         q, k, v = q.float(), k.float(), v.float()  # the CPU kernel is ~1.5x faster in float32
     kw = {"score_mod": step.score_mod, "block_mask": step.block_mask, "scale": scale,
           "enable_gqa": gqa}  # fmt: skip
+    if sinks is not None:
+        return _flex_sinks(q, k, v, kw, sinks).to(dtype)
     if torch.compiler.is_compiling():  # inside the user's torch.compile: part of its graph
         return flex(q, k, v, **kw).to(dtype)  # (b, heads, seq_q, v_dim)
     # Each new shape or score_mod compiles once; past dynamo's default limit of 8 it would
@@ -54,6 +64,30 @@ def _run(q, k, v, step, scale):
     with torch._dynamo.config.patch(recompile_limit=64):
         out = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim)
     return out.to(dtype)
+
+
+def _flex_sinks(q, k, v, kw, sinks):
+    """FlexAttention with its log-sum-exp, rescaled for the sinks (:func:`.sinks.rescale`).
+    The compiled CPU kernel of torch 2.13 returns no log-sum-exp: on the CPU (inference
+    only anyway) FlexAttention runs uncompiled, the scores materialised."""
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+    kw = kw | {"return_aux": AuxRequest(lse=True)}
+    if q.device.type != "cpu":
+        flex = flex_attention_compiled(q.device.type)
+        if torch.compiler.is_compiling():
+            out, aux = flex(q, k, v, **kw)
+        else:
+            with torch._dynamo.config.patch(recompile_limit=64):
+                out, aux = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim), lse (b, heads, seq_q)
+        return rescale(out, aux.lse, sinks)
+    if torch.compiler.is_compiling():
+        raise ValueError("backend='flex' with sinks does not compile on the CPU (torch 2.13's "
+                         "kernel returns no log-sum-exp): use backend='sdpa'")  # fmt: skip
+    with warnings.catch_warnings():  # it warns that it is not compiled: known, said above
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        out, aux = flex_attention(q, k, v, **kw)  # (b, heads, seq_q, v_dim), (b, heads, seq_q)
+    return rescale(out, aux.lse, sinks)
 
 
 _ANY = contextlib.nullcontext()  # no restriction (reusable: it keeps no state)

@@ -136,7 +136,7 @@ class TransformerLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(
             _Block(dim, heads, schedule.encoding_of(i), window=layer.window, chunk=layer.chunk,
-                   **kw)
+                   sinks=layer.sinks, **kw)
             for i, layer in enumerate(schedule)
         )  # fmt: skip
         check_one_cache_shape(self.blocks)

@@ -60,6 +60,10 @@ class MultiHeadAttention(nn.Module):
         each row's first real token and at each document, as in HF's ``masking_utils``).
         Grid coordinates (M-RoPE) count both in slots instead, from each row's first real
         token and each document's first.
+    sinks : bool
+        A learned sink logit per head (GPT-OSS), ``self.sinks`` ``(heads,)``, initialised
+        to 0: each softmax gains a term ``exp(sinks[h])`` for a key with no value, so a head
+        may attend to nothing (:mod:`posenc.torch.attention.sinks`).
 
     Examples
     --------
@@ -88,6 +92,7 @@ class MultiHeadAttention(nn.Module):
         backend: str = "auto",
         window: int | None = None,
         chunk: int | None = None,
+        sinks: bool = False,
     ):
         super().__init__()
         self.window, self.chunk = check_limits(window, chunk, causal)
@@ -105,6 +110,9 @@ class MultiHeadAttention(nn.Module):
         self.backend = check_backend(backend)
         self.qkv = nn.Linear(dim, (heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
         self.out = nn.Linear(dim, dim, bias=bias)
+        if sinks is not True and sinks is not False:
+            raise ValueError(f"sinks must be True or False, got {sinks!r}")
+        self.sinks = nn.Parameter(torch.zeros(heads)) if sinks else None  # (heads,)
         self.register_load_state_dict_post_hook(tables_after_load)
 
     def new_cache(self, batch: int, max_len: int, *, static: bool = False) -> KVCache:
@@ -209,7 +217,7 @@ class MultiHeadAttention(nn.Module):
         else:  # the cache keeps raw keys; all of them are encoded for this step
             k, v = cache._store(layer, step.start, k, v, step.full_kv)  # (b, kvh, n_keys, hd)
             q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions)
-        y = _run(q, k, v, step, enc.softmax_scale(hd))  # (b, h, n, hd)
+        y = _run(q, k, v, step, enc.softmax_scale(hd), self.sinks)  # (b, h, n, hd)
         return self.out(y.transpose(1, 2).reshape(b, n, h * hd))  # (b, n, dim)
 
     def extra_repr(self):
@@ -220,6 +228,7 @@ class MultiHeadAttention(nn.Module):
         return (
             f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}, "
             f"causal={self.causal}, backend={self.backend!r}{limits}"
+            + (", sinks=True" if self.sinks is not None else "")
         )
 
 

@@ -48,6 +48,7 @@ class Layer:
     window: int | None = None
     chunk: int | None = None
     attention: bool = True
+    sinks: bool = False
 
     def __post_init__(self):
         if self.encoding is not None:
@@ -55,10 +56,15 @@ class Layer:
         check_limits(self.window, self.chunk)
         if self.attention is not True and self.attention is not False:
             raise ValueError(f"attention must be True or False, got {self.attention!r}")
-        if not self.attention and (self.encoding, self.window, self.chunk) != (None,) * 3:
+        if self.sinks is not True and self.sinks is not False:
+            raise ValueError(f"sinks must be True or False, got {self.sinks!r}")
+        if not self.attention and (self.encoding, self.window, self.chunk, self.sinks) != (
+            None, None, None, False
+        ):  # fmt: skip
             raise ValueError(
-                "a layer without attention has no encoding, window or chunk, got "
-                f"encoding={self.encoding!r}, window={self.window!r}, chunk={self.chunk!r}"
+                "a layer without attention has no encoding, window, chunk or sinks, got "
+                f"encoding={self.encoding!r}, window={self.window!r}, chunk={self.chunk!r}, "
+                f"sinks={self.sinks!r}"
             )
 
     @property
@@ -136,8 +142,8 @@ class Schedule:
 
         Layers with the same settings share one encoding object. Reads what
         :func:`posenc.hf.schedule_from_hf` reads (per layer: RoPE or none, window, chunk,
-        query temperature, rotated slice, softmax factor) and refuses by name what posenc
-        cannot reproduce.
+        query temperature, rotated slice, softmax factor, learned sinks) and refuses by name
+        what posenc cannot reproduce.
 
         Parameters
         ----------
@@ -176,7 +182,8 @@ class Schedule:
                 layers.append(Layer(attention=False))
                 continue
             key = repr(
-                sorted((k, repr(v)) for k, v in layer.items() if k not in ("window", "chunk"))
+                sorted((k, repr(v)) for k, v in layer.items()
+                       if k not in ("window", "chunk", "sinks"))
             )
             if key not in made:
                 rope, enc = layer["rope"], None
@@ -192,7 +199,8 @@ class Schedule:
                         NoPE() if enc is None else enc, factor=layer["softmax_factor"]
                     )
                 made[key] = enc
-            layers.append(Layer(made[key], window=layer["window"], chunk=layer["chunk"]))
+            layers.append(Layer(made[key], window=layer["window"], chunk=layer["chunk"],
+                                sinks=layer["sinks"]))
         schedule = cls(layers)
         schedule.head_dim = spec["head_dim"]
         return schedule
