@@ -94,6 +94,9 @@ def run_type(model_type):
             for m in model.modules():  # O(1) scores, as the atlas's end-to-end check
                 if isinstance(m, torch.nn.Linear):
                     m.weight.normal_(0, m.in_features**-0.5)
+            for name, p in model.named_parameters():  # sink logits that take weight
+                if name.endswith("sinks"):
+                    p.normal_(0, 1)
         vocab = d.get("vocab_size") or 128
         ids = torch.randint(1, vocab, (2, S), generator=torch.Generator().manual_seed(0))
         with torch.no_grad(), float64_everywhere(), float_is_float64():

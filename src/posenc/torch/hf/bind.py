@@ -156,10 +156,25 @@ def _base(model):
     ``layers`` or Falcon's ``h``) and its ``rotary_emb``: the base model."""
     for base in (getattr(model, "base_model", model), *model.modules()):
         if hasattr(base, "rotary_emb") and hasattr(base, "config") and _layers(base) is not None:
+            _refuse_other_rotaries(base)
             return base
     raise ValueError(f"{type(model).__name__} has no base model with decoder layers and one "
                      "rotary_emb (transformers 5's decoders): posenc cannot put a scheme into "
                      "it")  # fmt: skip
+
+
+def _refuse_other_rotaries(base):
+    """Refuse a base model whose layers may read a rotary embedding other than its
+    ``rotary_emb`` (GraniteSWA's ``rotary_embs``, one per base, leaves ``rotary_emb``
+    unused): posenc would replace one the layers never read, and theirs would stay."""
+    for name, m in base.named_children():
+        if m is base.rotary_emb or m is _layers(base):
+            continue
+        if any("rotary" in type(x).__name__.lower() for x in m.modules()):
+            raise ValueError(f"{type(base).__name__} holds {name} ({type(m).__name__}) "
+                             "beside its rotary_emb, which its layers may read instead: "
+                             "posenc replaces rotary_emb only, so it cannot put a scheme into "
+                             "this model")  # fmt: skip
 
 
 def _layers(base):

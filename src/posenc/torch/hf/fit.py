@@ -9,6 +9,7 @@ for; :func:`cache_limits` reads how many keys transformers' cache keeps per laye
 
 from __future__ import annotations
 
+from posenc.hf.schedule import SINKS
 from posenc.torch.encodings.base import NoPE
 from posenc.torch.encodings.qk.rope import RotaryEmbedding
 from posenc.torch.encodings.qk.rope_nd import MRoPE
@@ -106,7 +107,7 @@ def per_type(config):
 
 def check_attention_layer(i, enc, layer, module, config, kept):
     """Refuse, by name, a layer posenc's attention cannot run in this model: M-RoPE's axes,
-    a width or head count that does not fit, learned sinks, an apply function that reorders
+    a width or head count that does not fit, learned sinks of an unknown form, an apply function that reorders
     q and k, a window wider than the keys transformers' cache keeps (``kept``)."""
     if enc is not None and enc.position_axes != 1:
         raise ValueError(f"layer {i}: {type(enc).__name__} reads {enc.position_axes} position "
@@ -130,10 +131,11 @@ def check_attention_layer(i, enc, layer, module, config, kept):
                          "attention does not: this model takes RoPE only, through its own "
                          "attention")  # fmt: skip
     sinks = [n for n, _ in module.named_parameters(recurse=False) if "sink" in n]
-    if sinks:
+    if sinks and getattr(config, "model_type", None) not in SINKS:
         raise ValueError(f"layer {i}: {type(module).__name__} has learned attention sinks "
-                         f"({sinks[0]}), which posenc's attention does not apply: this model "
-                         "takes RoPE only, through its own attention")  # fmt: skip
+                         f"({sinks[0]}) in a form posenc does not know (it applies GPT-OSS's, "
+                         "a logit per head passed as s_aux): this model takes RoPE only, "
+                         "through its own attention")  # fmt: skip
     if enc is not None and "qk" in enc.places and (name := rotary.permutes(module)):
         raise ValueError(f"layer {i}: {type(module).__name__}'s {name} reorders the channels "
                          "of q and k before attention, so posenc cannot encode them there: "

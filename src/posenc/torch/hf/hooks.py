@@ -74,10 +74,9 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     if dropout and module.training:
         raise ValueError(f"attention dropout {dropout} is not offered by posenc's attention: "
                          "set the config's attention_dropout to 0")  # fmt: skip
-    for name in ("softcap", "s_aux"):
-        if kwargs.get(name) is not None:
-            raise ValueError(f"{type(module).__name__} passes {name}={kwargs[name]!r}, which "
-                             "posenc's attention does not apply")  # fmt: skip
+    if kwargs.get("softcap") is not None:
+        raise ValueError(f"{type(module).__name__} passes softcap={kwargs['softcap']!r}, which "
+                         "posenc's attention does not apply")  # fmt: skip
     sq, sk = query.shape[2], key.shape[2]
     pad = attention_mask
     if pad is not None and (pad.dim() != 2 or pad.shape != (query.shape[0], sk)):
@@ -101,7 +100,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     out = attend(
         query, key, value, enc, q_positions=q_pos, k_positions=k_pos, causal=bool(causal),
         padding_mask=pad, window=bound.window, chunk=bound.chunk, documents=docs,
-        backend=bound.backend,
+        backend=bound.backend, sinks=kwargs.get("s_aux"),  # GPT-OSS's learned logit per head
     )  # (b, heads, seq_q, v_dim)  # fmt: skip
     return out.transpose(1, 2), None  # (b, seq_q, heads, v_dim)
 
