@@ -3,7 +3,7 @@
 The subpackages are the layers, each importing only the ones below it::
 
     model/        MultiHeadAttention, TransformerLM
-    cache/        KVCache, StaticKVCache, the planning of a cached step
+    cache/        KVCache, StaticKVCache, EvictingKVCache, the planning of a cached step
     attention/    attend, the mask or FlexAttention plan, the backends
     encodings/    PositionalEncoding and the encodings: input/, qk/, scores/
     kernels/      the rotation kernels (eager CPU, Triton) and their dispatch
@@ -16,6 +16,7 @@ Every public name is importable from here. See the architecture page.
 from posenc.torch import kernels  # noqa: F401  (posenc.torch.kernels.use, .TABLE)
 from posenc.torch.attention.core import attend
 from posenc.torch.attention.mask import attention_mask
+from posenc.torch.cache.evicting import EvictingKVCache
 from posenc.torch.cache.kv import KVCache
 from posenc.torch.cache.static import StaticKVCache
 from posenc.torch.documents import (
@@ -37,6 +38,7 @@ from posenc.torch.encodings.qk.xpos import XPos
 from posenc.torch.encodings.scores.bias import ALiBi, T5RelativeBias
 from posenc.torch.encodings.scores.learned_bias import FIRE, KERPLE
 from posenc.torch.encodings.wrappers import ChannelSlice, SoftmaxFactor
+from posenc.torch.model.evicting import evicting_cache
 from posenc.torch.model.lm import TransformerLM
 from posenc.torch.model.mha import MultiHeadAttention
 from posenc.torch.model.parallel import causal_work, context_parallel_forward, shard_index
@@ -47,6 +49,7 @@ __all__ = [
     "ALiBi",
     "AxialRotaryEmbedding",
     "ChannelSlice",
+    "EvictingKVCache",
     "FIRE",
     "KERPLE",
     "T5RelativeBias",
@@ -71,6 +74,7 @@ __all__ = [
     "as_positions",
     "attend",
     "causal_work",
+    "evicting_cache",
     "context_parallel_forward",
     "attention_mask",
     "cu_seqlens_from_documents",

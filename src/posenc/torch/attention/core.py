@@ -193,7 +193,7 @@ def attend(
     sinks : torch.Tensor, optional
         ``(heads,)`` a learned sink logit per query head (GPT-OSS): one more term
         ``exp(sinks[h])`` in every softmax denominator, a key with no value
-        (:mod:`posenc.torch.attention.sinks`).
+        (``posenc.torch.attention.sinks``).
 
     Returns
     -------

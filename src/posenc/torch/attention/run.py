@@ -19,7 +19,7 @@ __all__ = []
 
 def _sdpa(q, k, v, mask, is_causal, scale, gqa, sinks=None):
     """SDPA of encoded ``q, k`` over ``v`` with a planned mask (``None``: ``is_causal``);
-    ``sinks`` ``(heads,)``: a sink logit per head, as one more key (:mod:`.sinks`)."""
+    ``sinks`` ``(heads,)``: a sink logit per head, as one more key (``posenc.torch.attention.sinks``)."""
     if sinks is not None:
         k, v, mask = sink_key(k, v, mask, is_causal, sinks)  # seq_k + 1 keys
         is_causal = False
@@ -67,7 +67,7 @@ def _run(q, k, v, step, scale, sinks=None):
 
 
 def _flex_sinks(q, k, v, kw, sinks):
-    """FlexAttention with its log-sum-exp, rescaled for the sinks (:func:`.sinks.rescale`).
+    """FlexAttention with its log-sum-exp, rescaled for the sinks (``posenc.torch.attention.sinks.rescale``).
     The compiled CPU kernel of torch 2.13 returns no log-sum-exp: on the CPU (inference
     only anyway) FlexAttention runs uncompiled, the scores materialised."""
     from torch.nn.attention.flex_attention import AuxRequest, flex_attention

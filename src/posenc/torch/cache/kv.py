@@ -59,16 +59,15 @@ class KVCache:
         One buffer per layer; the first ``length`` slots along dim 2 are filled.
     positions : torch.Tensor
         Int64 ``(batch, max_len)``: the position each cached token was encoded at;
-        ``(batch, max_len, n_axes)`` for grid coordinates (a 1-D position ``p`` is stored
-        as ``(p, ..., p)``).
+        ``(batch, max_len, n_axes)`` for grid coordinates (1-D ``p`` stored as ``(p, ..., p)``).
     next_position : torch.Tensor
-        Int64 ``(batch, 1)``: where a step without positions continues (one past each
-        row's largest coordinate, or its last document's after a packed prefill).
+        Int64 ``(batch, 1)``: where a step without positions continues (past each row's
+        largest coordinate; its last document's after a packed prefill).
     valid, documents : torch.Tensor
         ``(batch, max_len)``: bool, ``True`` where a real token is cached; int64, the
         document of each slot (packed rows).
     length : int
-        Number of filled slots.
+        Number of filled slots. ``keeps_raw_keys``: whether keys are re-encoded every step.
 
     Examples
     --------
@@ -78,6 +77,8 @@ class KVCache:
     (torch.Size([1, 2, 8, 4]), 0)
     """
 
+    keeps_raw_keys = False
+
     def __init__(
         self, *, layers, batch, max_len, kv_heads, key_dim, value_dim, dtype=None, device=None,
         position_axes=1,
@@ -85,9 +86,8 @@ class KVCache:
         layers = check_int("layers", layers, minimum=1)
         self.batch = check_int("batch", batch, minimum=1)
         self.max_len = check_int("max_len", max_len, minimum=1)
-        kv_heads = check_int("kv_heads", kv_heads, minimum=1)
-        key_dim = check_int("key_dim", key_dim, minimum=1)
-        value_dim = check_int("value_dim", value_dim, minimum=1)
+        kv_heads, key_dim, value_dim = (check_int(name, x, minimum=1) for name, x in (
+            ("kv_heads", kv_heads), ("key_dim", key_dim), ("value_dim", value_dim)))  # fmt: skip
         axes = check_int("position_axes", position_axes, minimum=1)
         kw = {"dtype": dtype, "device": device}
         self.keys = [torch.zeros(batch, kv_heads, max_len, key_dim, **kw) for _ in range(layers)]

@@ -63,7 +63,7 @@ class MultiHeadAttention(nn.Module):
     sinks : bool
         A learned sink logit per head (GPT-OSS), ``self.sinks`` ``(heads,)``, initialised
         to 0: each softmax gains a term ``exp(sinks[h])`` for a key with no value, so a head
-        may attend to nothing (:mod:`posenc.torch.attention.sinks`).
+        may attend to nothing (``posenc.torch.attention.sinks``).
 
     Examples
     --------
@@ -211,7 +211,7 @@ class MultiHeadAttention(nn.Module):
             k, v = step.context.gather(k, v)  # (b, kvh, n_all, ·)
         elif cache is None:
             q, k = enc.encode_qk(q, k, step.q_positions, step.k_positions, inplace=inplace)
-        elif enc.caches_encoded_keys:
+        elif enc.caches_encoded_keys and not cache.keeps_raw_keys:
             q, k = enc.encode_qk(q, k, step.q_positions, step.q_positions, inplace=inplace)
             k, v = cache._store(layer, step.start, k, v, step.full_kv)  # (b, kvh, n_keys, ·)
         else:  # the cache keeps raw keys; all of them are encoded for this step
