@@ -21,7 +21,8 @@ from posenc.experiments.train import Config
 DEFAULT_OUT = "benchmarks/results/length_generalisation.jsonl"
 TEXT_OUT = "benchmarks/results/text_study.jsonl"
 TEXT_OUTS = {"text": TEXT_OUT, "extend": "benchmarks/results/text_extend.jsonl",
-             "passkey": "benchmarks/results/text_passkey.jsonl"}  # fmt: skip
+             "passkey": "benchmarks/results/text_passkey.jsonl",
+             "today": "benchmarks/results/text_today.jsonl"}  # fmt: skip
 SEEDS = [0, 1, 2, 3, 4]
 QUICK = {"encodings": ["nope", "rope", "alibi"], "seeds": [0]}
 ORDER = list(ENCODINGS) + list(VARIANTS)
@@ -117,8 +118,9 @@ def _text_parser(sub):
 
     text = sub.add_parser("text", help="run (or resume) the text study")
     text.add_argument("--study", choices=list(TEXT_OUTS), default="text",
-                      help="the text study; its RoPE model extended to matched targets; or "
-                      "passkey retrieval through training (default seeds 0 1 2)")  # fmt: skip
+                      help="the text study; its RoPE model extended to matched targets; "
+                      "passkey retrieval through training (default seeds 0 1 2); or today's "
+                      "schedules (Part 8)")  # fmt: skip
     text.add_argument("--encodings", nargs="+", default=None, choices=list(TEXT_ENCODINGS),
                       help="default: all (with --study extend: rope, the only one)")  # fmt: skip
     text.add_argument("--seeds", nargs="+", type=_natural, default=None,
@@ -139,6 +141,7 @@ def _text_parser(sub):
 def _text(parser, args, argv):
     from posenc.experiments.text_passkey import PASSKEY_SEEDS, passkey_jobs
     from posenc.experiments.text_run import TEXT_SEEDS, quick_text_config, run_text, text_jobs
+    from posenc.experiments.text_today import today_jobs
     from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig
 
     given = {f.name: getattr(args, f.name) for f in fields(TextConfig)}
@@ -149,13 +152,15 @@ def _text(parser, args, argv):
         encodings = args.encodings or default
         if args.study == "extend" and encodings != ["rope"]:
             raise ValueError(f"--study extend extends RoPE only, got --encodings {encodings}")
-        if args.study == "passkey":
+        if args.study in ("passkey", "today"):
             if args.encodings:
-                raise ValueError("--study passkey runs its own models: give no --encodings")
-            seeds = args.seeds or list(PASSKEY_SEEDS)
+                raise ValueError(f"--study {args.study} runs its own models: give no "
+                                 "--encodings")  # fmt: skip
+            seeds = args.seeds or list(PASSKEY_SEEDS if args.study == "passkey" else TEXT_SEEDS)
             text_jobs([], seeds, args.shard)  # the same checks of seeds and shard
             i, n = args.shard
-            jobs = passkey_jobs(seeds)[i - 1 :: n]
+            make = passkey_jobs if args.study == "passkey" else today_jobs
+            jobs = make(seeds)[i - 1 :: n]
         else:
             jobs = text_jobs(encodings, args.seeds or list(TEXT_SEEDS), args.shard)
         out = args.out or (

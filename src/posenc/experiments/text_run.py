@@ -19,6 +19,7 @@ from posenc.experiments.results import _key, check_out, load, write_sorted
 from posenc.experiments.text_extend import extend_names, run_extend_job
 from posenc.experiments.text_passkey import run_passkey_job
 from posenc.experiments.text_study import TEXT_ENCODINGS, TextConfig, result_names, run_text_job
+from posenc.experiments.text_today import run_today_job, today_names
 
 __all__ = ["TEXT_SEEDS", "HELD_OUT", "STUDIES", "text_jobs", "run_text", "quick_text_config"]
 
@@ -54,6 +55,7 @@ STUDIES = {
     "text": ("text", result_names, run_text_job),
     "extend": ("text-extend", lambda encoding: extend_names(), run_extend_job),
     "passkey": ("text-passkey", lambda name: [name], run_passkey_job),
+    "today": ("text-today", today_names, run_today_job),
 }
 
 
@@ -80,11 +82,13 @@ def run_text(jobs, config: TextConfig, out, *, processes=2, command=None, progre
         Recorded with every row (default: this process's command line).
     progress : bool
         A progress bar over the jobs.
-    study : {"text", "extend", "passkey"}
+    study : {"text", "extend", "passkey", "today"}
         The text study, the extension of its RoPE model to matched targets
-        (:mod:`~posenc.experiments.text_extend`; jobs ``("rope", seed)``), or passkey
+        (:mod:`~posenc.experiments.text_extend`; jobs ``("rope", seed)``), passkey
         retrieval through training (:mod:`~posenc.experiments.text_passkey`; jobs from
-        :func:`~posenc.experiments.text_passkey.passkey_jobs`).
+        :func:`~posenc.experiments.text_passkey.passkey_jobs`), or today's schedules
+        (:mod:`~posenc.experiments.text_today`; jobs from
+        :func:`~posenc.experiments.text_today.today_jobs`).
 
     Returns
     -------
