@@ -266,7 +266,8 @@ BENCH_RESULTS = ["rope.json", "alibi.json", "decode.json", "pope.json", "atlas.j
                  "atlas_use.json", "hf_use.json",
                  "packing.json", "gpu.json",
                  "length_generalisation.jsonl", "length_generalisation_heldout.jsonl",
-                 "text_study.jsonl", "text_extend.jsonl", "text_passkey.jsonl"]  # fmt: skip
+                 "text_study.jsonl", "text_extend.jsonl", "text_passkey.jsonl",
+                 "text_today.jsonl"]  # fmt: skip
 
 
 _CHANGED_RESULTS = set()  # results files whose copy beside the pages was out of date

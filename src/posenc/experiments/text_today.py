@@ -7,8 +7,9 @@ models scaled to it:
 
 =======================  ===============================================================
 ``rope``                 RoPE in every layer (the baseline of every comparison)
-``nope_every_4th+temp``  Llama 4: the fourth layer has no position, its queries scaled
-                         by Llama 4's temperature
+``nope_every_4th``       SmolLM3: the fourth layer has no position
+``nope_every_4th+temp``  Llama 4: the same, the NoPE layer's queries scaled by its
+                         temperature
                          ``1 + 0.1 ln(1 + floor((p + 1) / f))``, ``f = L / 32`` (Llama 4's
                          ``floor_scale`` 8192 is 1/32 of its 256K training context)
 ``local_global``         Gemma 3: three sliding-window layers (window ``L / 4``, base
@@ -17,13 +18,14 @@ models scaled to it:
                          the slowest 25 % do not (``Proportional(0.75)``)
 ``proportional``         Gemma 4's global layers: a quarter of the pairs rotate, at the
                          rates of the whole head (``Proportional(0.25)``)
+``rope_quarter``         GPT-NeoX: a quarter of the head rotates, at rates spread over
+                         that quarter (``rotary_dim = head_dim / 4``)
 ``rope+sinks``           RoPE and GPT-OSS's learned sink logit in every layer
 =======================  ===============================================================
 
-``nope_every_4th`` (the same without the temperature: SmolLM3) and ``rope_quarter``
-(GPT-NeoX: a quarter of the head rotates, at rates spread over that quarter) are the
-text study's own rows: this study re-runs its ``rope`` at the same config and seeds, so
-the two files can be compared seed by seed where that ``rope`` reproduces.
+``rope``, ``nope_every_4th`` and ``rope_quarter`` are also in the text study; they are
+trained again here so that every comparison pairs rows of one commit (the text study's
+were trained at an earlier one, whose numerics differ by a few thousandths of a nat).
 
 The two RoPE models are also decoded past their window with an evicting cache
 (:func:`stream_losses`): each 1,024-byte held-out stream is read with ``L`` tokens of
@@ -39,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc.experiments.text_data import corpus, eval_windows
-from posenc.experiments.text_study import _evaluate, _fit, make_text_model
+from posenc.experiments.text_study import _evaluate, _fit, _nope_every_4th, make_text_model
 from posenc.scaling import Proportional
 from posenc.torch import Layer, QueryTemperature, RotaryEmbedding, Schedule, evicting_cache
 
@@ -70,10 +72,12 @@ def _local_global(c):
 # name -> factory(config): a PositionalEncoding or a Schedule
 TODAY_ENCODINGS = {
     "rope": _rope,
+    "nope_every_4th": _nope_every_4th,
     "nope_every_4th+temp": _nope_4th_temperature,
     "local_global": _local_global,
     "p_rope": lambda c: _rope(c, scaling=Proportional(0.75)),
     "proportional": lambda c: _rope(c, scaling=Proportional(0.25)),
+    "rope_quarter": lambda c: _rope(c, rotary_dim=c.head_dim // 4),
     "rope+sinks": lambda c: _rope_sinks(c),
 }
 
@@ -111,7 +115,7 @@ def today_jobs(seeds) -> list[tuple]:
     Examples
     --------
     >>> today_jobs([0])[:3]
-    [('rope', 0), ('rope+sinks', 0), ('nope_every_4th+temp', 0)]
+    [('rope', 0), ('rope+sinks', 0), ('nope_every_4th', 0)]
     """
     order = sorted(TODAY_ENCODINGS, key=lambda e: e not in STREAMED)
     return [(e, s) for s in seeds for e in order]

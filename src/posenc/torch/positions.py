@@ -226,6 +226,8 @@ def check_fits(name: str, positions, x: torch.Tensor, *, axes: int = 1) -> None:
     batch, seq = x.shape[0], x.shape[-2]
     if isinstance(positions, range):
         ok, got = len(positions) == seq and positions.step == 1, f"{positions}"
+    elif not isinstance(positions, torch.Tensor):  # a list: the hooks take no other kind
+        ok, got = False, type(positions).__name__
     else:
         shape = tuple(positions.shape)
         if axes > 1 and positions.dim() == 3 and shape[2] != axes:
