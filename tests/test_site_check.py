@@ -99,6 +99,10 @@ def test_good_site_passes(tmp_path, kinds):
     [
         ("console", "<script>console.error('boom')</script>"),
         ("console", "<script>undefinedFunction()</script>"),
+        ("console", "<div class='explorer-controls'><select id='s'><option>a</option>"
+         "<option>b</option></select></div><script>document.getElementById('s')"
+         ".addEventListener('change', (e) => { if (e.target.value === 'b') missing(); });"
+         "</script>"),
         ("request", "<script src='missing.js'></script>"),
         ("request", "<link rel='stylesheet' href='https://cdn.example.invalid/x.css'>"),
         ("image", "<img src='broken.png' alt='broken'>"),

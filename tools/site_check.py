@@ -10,7 +10,8 @@ Chromium through Playwright (``executable_path=shutil.which("chromium")``; no br
 is downloaded). Every request that leaves 127.0.0.1 is blocked and reported, so the
 check proves the site works offline. Problems, one kind each:
 
-``console``        a console error or an uncaught exception in the page
+``console``        a console error or an uncaught exception in the page (also while
+                   every option of an explorer's controls is selected in turn)
 ``request``        a request that failed, answered >= 400, or left 127.0.0.1
 ``image``          an ``<img>`` that did not load (``naturalWidth == 0``)
 ``tex``            raw TeX or MyST roles left in the text (``\\(``, ``$$``, ``\\frac``),
@@ -289,6 +290,7 @@ def _check_page(context, base: str, page: str) -> list[Problem]:
     tab.goto(base + page, wait_until="load")
     tab.evaluate(_WAIT_JS)
     tab.wait_for_timeout(100)
+    _exercise_controls(tab)  # an explorer that breaks on a change shows up as "console"
     for src in tab.evaluate(_IMAGES_JS):
         problems.append(Problem("image", page, f"{src} did not load"))
     for text in tab.evaluate(_TEX_JS):
@@ -304,6 +306,20 @@ def _check_page(context, base: str, page: str) -> list[Problem]:
                 problems.append(Problem("code-overflow", page, f"at {width} px: {text}"))
     tab.close()
     return problems
+
+
+def _exercise_controls(tab) -> None:
+    """Set every ``<select>`` of an explorer's controls (``.explorer-controls``) to each of
+    its options in turn (at most 12 each), as a reader would: the page's scripts run on
+    every change, and an error they raise is reported by the page's listeners."""
+    selects = tab.locator(".explorer-controls select")
+    for i in range(selects.count()):
+        select = selects.nth(i)
+        n = select.locator("option").count()
+        for j in [*range(min(n, 12)), 0]:
+            select.select_option(index=j)
+    if selects.count():
+        tab.wait_for_timeout(100)
 
 
 def _check_search(context, base: str, query: str) -> list[Problem]:
