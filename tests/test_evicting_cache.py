@@ -121,3 +121,38 @@ def test_what_the_evicting_cache_refuses():
         evicting_cache(lm, 1, sink_tokens=-1, window=4)
     with pytest.raises(ValueError, match="window must be"):
         evicting_cache(lm, 1, sink_tokens=2, window=0)
+
+
+@pytest.mark.parametrize("convention", ["cache", "original"])
+def test_a_step_that_fails_after_evicting_leaves_the_cache_as_it_was(convention):
+    lm = _lm(RotaryEmbedding(8, max_len=16), depth=2)
+    cache = evicting_cache(lm, 1, sink_tokens=2, window=4, positions=convention)
+    with torch.no_grad():
+        lm(torch.arange(6)[None], cache=cache)
+        for t in range(6, 9):
+            lm(torch.tensor([[t]]), cache=cache)  # evicting already
+        before = ([b.clone() for b in cache.keys + cache.values], cache.positions.clone(),
+                  cache.next_position.clone(), len(cache), cache.evicted)  # fmt: skip
+        bad = {"positions": torch.tensor([[16]])} if convention == "original" else {}
+        if convention == "cache":  # fail inside the step, after the eviction
+            lm.blocks[1].attn.qkv.register_forward_hook(_raise)
+        with pytest.raises(ValueError):
+            lm(torch.tensor([[9]]), cache=cache, **bad)
+        after = ([b.clone() for b in cache.keys + cache.values], cache.positions.clone(),
+                 cache.next_position.clone(), len(cache), cache.evicted)  # fmt: skip
+    assert all(torch.equal(x, y) for x, y in zip(before[0], after[0], strict=True))
+    assert torch.equal(before[1], after[1]) and torch.equal(before[2], after[2])
+    assert before[3:] == after[3:]
+
+
+def _raise(module, args, out):
+    raise ValueError("a layer fails")
+
+
+def test_positions_cache_refuses_a_model_with_input_positions():
+    from posenc.torch import SinusoidalEncoding
+
+    lm = TransformerLM(40, 32, 1, 4, encoding=SinusoidalEncoding(32, max_len=64))
+    with pytest.raises(ValueError, match="SinusoidalEncoding added positions to the input"):
+        evicting_cache(lm, 1, sink_tokens=2, window=4, positions="cache")
+    evicting_cache(lm, 1, sink_tokens=2, window=4, positions="original")  # fine

@@ -160,3 +160,27 @@ def test_schedule_from_hf_gives_gpt_oss_its_sinks():
     llama = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32,
                                      num_attention_heads=4).to_dict()  # fmt: skip
     assert [layer.sinks for layer in Schedule.from_hf(llama)] == [False, False]
+
+
+def _tiny_llama():
+    cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2)  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def test_use_refuses_sinks_a_model_does_not_have():
+    from posenc.hf import use
+
+    rope = RotaryEmbedding(8, max_len=64)
+    with pytest.raises(ValueError, match="gives it learned sinks, which LlamaAttention does not"):
+        use(_tiny_llama(), Schedule([Layer(rope, sinks=True)] * 2))
+
+
+def test_a_second_use_is_refused_as_such_after_the_rotary_way():
+    from posenc.hf import use
+
+    model = use(_tiny_llama(), RotaryEmbedding(8, base=5e5, max_len=64))
+    assert model.posenc_path == "rotary"
+    with pytest.raises(ValueError, match="was called on this model before"):
+        use(model, RotaryEmbedding(8, max_len=64))

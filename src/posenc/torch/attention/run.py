@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posenc.torch.attention.flex import flex_attention_compiled
-from posenc.torch.attention.sinks import rescale, sink_key
+from posenc.torch.attention.sinks import rescale, sink_inputs
 
 __all__ = []
 
@@ -20,9 +20,9 @@ __all__ = []
 def _sdpa(q, k, v, mask, is_causal, scale, gqa, sinks=None):
     """SDPA of encoded ``q, k`` over ``v`` with a planned mask (``None``: ``is_causal``);
     ``sinks`` ``(heads,)``: a sink logit per head, as one more key (``posenc.torch.attention.sinks``)."""
-    if sinks is not None:
-        k, v, mask = sink_key(k, v, mask, is_causal, sinks)  # seq_k + 1 keys
-        is_causal = False
+    dummy = False
+    if sinks is not None:  # seq_k + 1 keys, the sink first (and a first query, if dummy)
+        q, k, v, mask, dummy = sink_inputs(q, k, v, mask, is_causal, sinks, scale)
     width = v.shape[-1]
     wide = q.shape[-1] > width
     if wide:  # the fused kernels need one head width: zero-pad v, 2-5x faster
@@ -31,7 +31,8 @@ def _sdpa(q, k, v, mask, is_causal, scale, gqa, sinks=None):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )  # (b, heads, seq_q, qk_dim|v_dim)
-    return out[..., :width] if wide else out  # (b, heads, seq_q, v_dim)
+    out = out[..., :width] if wide else out  # (b, heads, seq_q [+ 1], v_dim)
+    return out[:, :, 1:] if dummy else out  # (b, heads, seq_q, v_dim)
 
 
 def _run(q, k, v, step, scale, sinks=None):

@@ -8,9 +8,9 @@ gains one term in its denominator::
 
 so a head can put weight "nowhere" instead of on some key (the weights sum to
 ``1 - sigmoid(s_h - lse)``, ``lse = log sum_i exp(z_i)``). Both backends compute it
-exactly: SDPA with one more key whose value is zero and whose score is ``s_h`` (a column
-of the float mask), FlexAttention by rescaling its output with its own log-sum-exp,
-``out * sigmoid(lse - s_h)``. Sinks are not positions: any encoding runs with them.
+exactly: SDPA with one more key whose value is zero and whose score is ``s_h`` (through
+one more channel of the queries: no dense mask is built for it), FlexAttention by
+rescaling its output with its own log-sum-exp, ``out * sigmoid(lse - s_h)``. Sinks are not positions: any encoding runs with them.
 
 Shape legend as in :mod:`.core`: ``q`` is ``(batch, heads, seq_q, head_dim)``, ``k, v``
 are ``(batch, kv_heads, seq_k, ·)``; ``sinks`` is ``(heads,)``.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["check_sinks", "sink_key", "rescale"]
+__all__ = ["check_sinks", "sink_inputs", "rescale"]
 
 
 def check_sinks(sinks, heads, dtype):
@@ -34,28 +34,34 @@ def check_sinks(sinks, heads, dtype):
     return sinks.to(dtype)
 
 
-def sink_key(k, v, mask, is_causal, sinks):
-    """Keys, values and mask with the sink as one more key: zero key, zero value, score
-    ``s_h`` from the mask (the encoded ``q`` never meets it).
+def sink_inputs(q, k, v, mask, is_causal, sinks, scale):
+    """SDPA's arguments with the sink as one more key, first: a zero value, and a score of
+    ``s_h`` from one more channel (``q`` gains ``s_h / scale``, the sink's key a 1 there,
+    every other key a 0), so GQA's shared keys serve each query head its own sink and the
+    mask needs no head axis for it.
 
-    ``mask`` is ``None`` (with ``is_causal``: causal, ``seq_q == seq_k``) or a float
-    ``(b|1, h|1, seq_q, seq_k)``. Returns ``(k, v, mask)``: ``(b, kv_heads, seq_k + 1, ·)``
-    twice and ``(b|1, heads, seq_q, seq_k + 1)``.
+    ``q`` ``(b, h, sq, d)``; ``k, v`` ``(b, kv_heads, sk, ·)``; ``mask`` ``None`` (with
+    ``is_causal``: ``sq == sk``) or float ``(b|1, h|1, sq, sk)``. Returns ``q, k, v,
+    mask, dummy``: ``q`` ``(b, h, sq [+ 1], d + pad)`` (``pad`` to a multiple of 8, at
+    least 1), ``k`` ``(b, kv_heads, sk + 1, d + pad)``, ``v`` ``(b, kv_heads, sk + 1,
+    v_dim)``, ``mask`` ``(b|1, h|1, sq, sk + 1)`` or ``None``; ``dummy``: a causal call
+    without a mask gets one more query first (SDPA's causal mask aligns to the start, so
+    the sink, key 0, is seen by every query); drop its output row.
     """
-    heads, seq_k = sinks.shape[0], k.shape[2]
-    seq_q = seq_k if mask is None else mask.shape[-2]
-    k = F.pad(k, (0, 0, 0, 1))  # (b, kv_heads, seq_k + 1, qk_dim): the sink's zero key
-    v = F.pad(v, (0, 0, 0, 1))  # (b, kv_heads, seq_k + 1, v_dim): ... and zero value
-    column = sinks.view(1, heads, 1, 1)  # (1, heads, 1, 1)
-    if mask is None and not is_causal:  # every key visible: one row for every query
-        return k, v, torch.cat([column.new_zeros(1, heads, 1, seq_k), column], dim=-1)
-    if mask is None:  # causal, aligned to the end (seq_q == seq_k here)
-        hidden = torch.ones(seq_q, seq_k, dtype=torch.bool, device=k.device).tril_().logical_not_()
-        mask = torch.zeros(seq_q, seq_k, dtype=sinks.dtype, device=k.device)
-        mask = mask.masked_fill_(hidden, float("-inf"))[None, None]  # (1, 1, sq, sk)
-    rows = mask.shape[0]
-    mask = mask.to(sinks.dtype).expand(rows, heads, seq_q, seq_k)  # (b|1, heads, sq, sk)
-    return k, v, torch.cat([mask, column.expand(rows, heads, seq_q, 1)], dim=-1)
+    b, h, sq, d = q.shape
+    pad = 8 - d % 8  # the sink's channel, then zeros to a width the fused kernels take
+    column = (sinks / scale).view(1, h, 1, 1).expand(b, h, sq, 1)  # (b, h, sq, 1)
+    q = torch.cat([q, column, q.new_zeros(b, h, sq, pad - 1)], dim=-1)  # (b, h, sq, d + pad)
+    sink = k.new_zeros(k.shape[0], k.shape[1], 1, d + pad)  # (b, kv_heads, 1, d + pad)
+    sink[..., d] = 1.0
+    k = torch.cat([sink, F.pad(k, (0, pad))], dim=2)  # (b, kv_heads, sk + 1, d + pad)
+    v = F.pad(v, (0, 0, 1, 0))  # (b, kv_heads, sk + 1, v_dim): the sink's value is 0
+    dummy = mask is None and is_causal
+    if mask is not None:
+        mask = F.pad(mask, (1, 0))  # (b|1, h|1, sq, sk + 1): the sink always seen
+    elif dummy:
+        q = F.pad(q, (0, 0, 1, 0))  # (b, h, sq + 1, d + pad): query i + 1 sees keys 0 .. i + 1
+    return q, k, v, mask, dummy
 
 
 def rescale(out, lse, sinks):

@@ -83,6 +83,7 @@ class EvictingKVCache(KVCache):
         """Empty the cache (the buffers are kept)."""
         super().reset()
         self.evicted = 0
+        self._undo = None  # what the step's eviction dropped, until the step commits
 
     def _check_for(self, *, key_dim, value_dim, **kw):
         # raw keys are head_dim wide whatever width the encoding gives encoded ones
@@ -108,10 +109,37 @@ class EvictingKVCache(KVCache):
             self._evict(over)
         return super()._begin(positions, None, batch, n)
 
+    def _commit(self):
+        super()._commit()
+        self._undo = None
+
+    def _rollback(self):
+        """Undo a step that raised, its eviction too: the cache is as it was before it."""
+        super()._rollback()
+        undo, self._undo = getattr(self, "_undo", None), None
+        if undo is None:
+            return
+        m, dropped, positions, nxt, contiguous, bounds = undo
+        s, end = self.sink_tokens, self.length + m
+        for buf, old in zip((*self.keys, *self.values), dropped, strict=True):
+            buf[:, :, s + m : end] = buf[:, :, s : end - m].clone()  # back in place
+            buf[:, :, s : s + m] = old
+        self.positions.copy_(positions)
+        self.next_position.copy_(nxt)
+        self.valid[:, :end] = True
+        self.length, self.evicted, self.contiguous = end, self.evicted - m, contiguous
+        for t, known in zip((self.positions, self.next_position), bounds, strict=True):
+            if known is not None:
+                remember_bounds(t, *known)
+
     def _evict(self, m):
-        """Drop the ``m`` oldest tokens after the sinks from every layer, keeping the order."""
+        """Drop the ``m`` oldest tokens after the sinks from every layer, keeping the order
+        (and what is dropped, until the step commits)."""
         s, end = self.sink_tokens, self.length
         known = known_bounds(self.positions)  # the kept ones are some of them
+        self._undo = (m, [buf[:, :, s : s + m].clone() for buf in (*self.keys, *self.values)],
+                      self.positions.clone(), self.next_position.clone(), self.contiguous,
+                      (known, known_bounds(self.next_position)))  # fmt: skip
         for buf in (*self.keys, *self.values):
             buf[:, :, s : end - m] = buf[:, :, s + m : end].clone()  # (b, kvh, kept, ·)
         self.positions[:, s : end - m] = self.positions[:, s + m : end].clone()

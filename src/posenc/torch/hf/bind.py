@@ -102,6 +102,10 @@ def use(model, scheme, *, path="auto", backend="auto"):
             raise ValueError(f"layer {i} of {type(base).__name__} has no attention that goes "
                              "through transformers' AttentionInterface, but the scheme gives "
                              f"it {type(layer.encoding).__name__}")  # fmt: skip
+        if layer.sinks and not isinstance(getattr(module, "sinks", None), nn.Parameter):
+            raise ValueError(f"layer {i}: the scheme gives it learned sinks, which "
+                             f"{type(module).__name__} does not have: posenc.hf.use does not "
+                             "add parameters to a model's attention")  # fmt: skip
     model_type = getattr(config, "model_type", None)
     mine = [(*fit.positional(layer.encoding, own, i, model_type), layer.limits)
             for i, layer in enumerate(schedule)]  # fmt: skip
@@ -168,8 +172,8 @@ def _refuse_other_rotaries(base):
     ``rotary_emb`` (GraniteSWA's ``rotary_embs``, one per base, leaves ``rotary_emb``
     unused): posenc would replace one the layers never read, and theirs would stay."""
     for name, m in base.named_children():
-        if m is base.rotary_emb or m is _layers(base):
-            continue
+        if m is base.rotary_emb or m is _layers(base) or name == "posenc_encodings":
+            continue  # (posenc_encodings: a use before, refused by name next)
         if any("rotary" in type(x).__name__.lower() for x in m.modules()):
             raise ValueError(f"{type(base).__name__} holds {name} ({type(m).__name__}) "
                              "beside its rotary_emb, which its layers may read instead: "

@@ -34,6 +34,11 @@ def evicting_cache(model, batch, *, sink_tokens, window, positions="original"):
     >>> evicting_cache(lm, 2, sink_tokens=4, window=60).max_len
     64
     """
+    schedule = getattr(model, "schedule", None)
+    if positions == "cache" and schedule is not None and schedule.input is not None:
+        raise ValueError(f"positions='cache' re-encodes the cached keys at their slots, but "
+                         f"{type(schedule.input).__name__} added positions to the input "
+                         "embeddings, which cannot be redone: use positions='original'")  # fmt: skip
     layers = 1 if isinstance(model, MultiHeadAttention) else len(model.blocks)
     shape = _cache_shape(model, layers)
     if shape.pop("position_axes") != 1:
