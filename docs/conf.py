@@ -137,6 +137,7 @@ sphinx_gallery_conf = {
         "../examples/scores",
         "../examples/pope",
         "../examples/grids",
+        "../examples/today",
         "../examples/packing",
         "../examples/hf",
     ],

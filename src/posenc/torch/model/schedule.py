@@ -42,6 +42,9 @@ class Layer:
         :meth:`Schedule.from_hf` lists it so that indices are the model's, with no encoding,
         window or chunk. posenc's own models run attention in every layer, where such a
         layer would be NoPE attention: not the model's layer.
+    sinks : bool, default False
+        A learned sink logit per head in the layer's softmax (GPT-OSS; see
+        :class:`~posenc.torch.MultiHeadAttention`'s ``sinks``).
     """
 
     encoding: PositionalEncoding | None = None
