@@ -22,25 +22,25 @@ from posenc.torch import Schedule
 schedules = {name: Schedule.from_hf(CONFIG_MAPPING[t]().to_dict())
              for name, t in [("Gemma 3", "gemma3_text"), ("Llama 4", "llama4_text"),
                              ("GPT-OSS", "gpt_oss")]}  # fmt: skip
-for name, s in schedules.items():
-    print(f"{name}: {len(s)} layers, {len(s.kinds)} kinds of layer")
-    print("  layer 0:", s[0])
-    print("  layer 3:", s[3])
-
-# %%
-# One colour per kind of layer
-# ----------------------------
-# A layer's kind is its encoding (or none), window and chunk; layers of one kind share one
-# mask per step in :class:`~posenc.torch.TransformerLM`.
 
 
 def kind(layer):
+    """A layer's kind: its encoding (or none), window, chunk and sinks."""
     enc = type(layer.encoding).__name__ if layer.encoding is not None else "no position"
     limit = f", window {layer.window}" if layer.window else ""
     limit += f", chunk {layer.chunk}" if layer.chunk else ""
     return enc + limit + (", sinks" if layer.sinks else "")
 
 
+for name, s in schedules.items():
+    print(f"{name}: {len(s)} layers, {len(s.kinds)} kinds of layer")
+    print("  layer 0:", kind(s[0]))
+    print("  layer 3:", kind(s[3]))
+
+# %%
+# One colour per kind of layer
+# ----------------------------
+# Layers of one kind share one mask per step in :class:`~posenc.torch.TransformerLM`.
 fig, axes = plt.subplots(len(schedules), 1, figsize=(9, 4.5))
 for ax, (name, s) in zip(axes, schedules.items()):
     kinds = list(dict.fromkeys(kind(layer) for layer in s))
@@ -62,4 +62,5 @@ plt.show()
 # within chunks of 8192 positions.
 llama4 = schedules["Llama 4"]
 print(llama4[3].encoding)
-print(llama4[0].encoding, "chunk", llama4[0].chunk)
+rope = llama4[0].encoding
+print(f"RoPE base {rope.base:g}, pairing {rope.pairing!r}, chunk {llama4[0].chunk}")

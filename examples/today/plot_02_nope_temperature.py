@@ -31,12 +31,12 @@ print(f"tau at 8191: {tau[p == 8128][0]:.3f} (still 1), at 256K: {tau[-1]:.3f}")
 # with and without the temperature, as the context grows (positions of the query = n - 1).
 torch.manual_seed(0)
 d, lengths = 128, [2**k for k in range(10, 19)]
+llama4 = QueryTemperature(scale=0.1, floor=8192, shift=1)
 weights = {"no temperature": [], "Llama 4's temperature": []}
 for n in lengths:
     k = torch.randn(1, 1, n, d) / d**0.25  # (1, 1, n, d)
     q = 8 * k[:, :, -1:].clone()  # (1, 1, 1, d): aligned with the last key
-    for name, enc in [("no temperature", None),
-                      ("Llama 4's temperature", QueryTemperature(scale=0.1, floor=8192, shift=1))]:  # fmt: skip
+    for name, enc in [("no temperature", None), ("Llama 4's temperature", llama4)]:
         qe = q if enc is None else enc.encode_qk(q, k, range(n - 1, n), range(n))[0]
         w = torch.softmax((qe @ k.transpose(-1, -2))[0, 0, 0] / d**0.5, -1)  # (n,)
         weights[name].append(float(w[-1]))

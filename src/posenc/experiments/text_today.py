@@ -25,7 +25,8 @@ models scaled to it:
 
 ``rope``, ``nope_every_4th`` and ``rope_quarter`` are also in the text study; they are
 trained again here so that every comparison pairs rows of one commit (the text study's
-were trained at an earlier one, whose numerics differ by a few thousandths of a nat).
+were trained at an earlier commit, on another machine: their ``rope`` differs from this
+one's by up to 0.02 nats).
 
 The two RoPE models are also decoded past their window with an evicting cache
 (:func:`stream_losses`): each 1,024-byte held-out stream is read with ``L`` tokens of
