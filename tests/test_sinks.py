@@ -184,3 +184,18 @@ def test_a_second_use_is_refused_as_such_after_the_rotary_way():
     assert model.posenc_path == "rotary"
     with pytest.raises(ValueError, match="was called on this model before"):
         use(model, RotaryEmbedding(8, max_len=64))
+
+
+def test_every_model_type_with_learned_sinks_is_known():
+    """transformers' attention classes that hold ``self.sinks = nn.Parameter(...)`` are
+    the model types ``Schedule.from_hf`` gives sinks (a new one would otherwise be built
+    without them, silently)."""
+    import pathlib
+    import re
+
+    from posenc.hf.schedule import SINKS
+
+    models = pathlib.Path(transformers.__file__).parent / "models"
+    found = {f.parent.name for f in models.glob("*/modeling_*.py")
+             if re.search(r"self\.sinks\s*=\s*nn\.Parameter", f.read_text())}  # fmt: skip
+    assert found == set(SINKS)

@@ -26,10 +26,12 @@ __all__ = ["schedule_from_hf"]
 KEYS = ("attention", "rope", "window", "chunk", "temperature", "slice_start", "softmax_factor",
         "sinks")  # fmt: skip
 
-# model types whose every attention layer adds a learned logit per head to its softmax
-# (``self.sinks = nn.Parameter(...)``, HF's ``s_aux``: GptOssAttention and its kin)
-SINKS = frozenset(("gpt_oss", "granite_swa", "granitemoe_swa", "flint", "openai_privacy_filter",
-                   "deepseek_v4"))  # fmt: skip
+# model types whose attention layers add a learned logit per head to their softmax
+# (``self.sinks = nn.Parameter(...)``, HF's ``s_aux``: GptOssAttention and its kin) -> which
+# layers: all, or the sliding ones only (MiMoV2FlashAttention: ``... if is_swa else None``)
+SINKS = {**dict.fromkeys(("gpt_oss", "granite_swa", "granitemoe_swa", "flint", "hy_v4",
+                          "openai_privacy_filter", "deepseek_v4"), "all"),
+         "mimo_v2_flash": "sliding"}  # fmt: skip
 
 # model types whose per-layer ``no_rope_layers`` (1: RoPE, 0: none) decides (Llama4TextAttention,
 # SmolLM3Attention, MistralLarge4TextAttention: ``self.use_rope = config.no_rope_layers[i]``)
@@ -169,7 +171,8 @@ def schedule_from_hf(config):
             "chunk": _chunk(cfg, kind), "temperature": _temperature(cfg, model_type, rope),
             "slice_start": lcfg.get("qk_nope_head_dim") if _mla(lcfg) and rope else None,
             "softmax_factor": _softmax_factor(lcfg, model_type, ropes[kind]),
-            "sinks": model_type in SINKS,
+            "sinks": SINKS.get(model_type) == "all"
+            or (SINKS.get(model_type) == "sliding" and rules.is_sliding(kind)),
         })  # fmt: skip
     settled.check_selection(cfg, model_type, layers)  # Doge's dynamic mask
     width = _qk_width(cfg, ropes.values())
