@@ -136,6 +136,10 @@ def check_attention_layer(i, enc, layer, module, config, kept):
                          f"({sinks[0]}) in a form posenc does not know (it applies GPT-OSS's, "
                          "a logit per head passed as s_aux): this model takes RoPE only, "
                          "through its own attention")  # fmt: skip
+    if getattr(module, "indexer", None) is not None:
+        raise ValueError(f"layer {i}: {type(module).__name__} attends only to the keys its "
+                         "indexer selects (sparse attention), which posenc's attention does "
+                         "not: this model takes RoPE only, through its own attention")  # fmt: skip
     if enc is not None and "qk" in enc.places and (name := rotary.permutes(module)):
         raise ValueError(f"layer {i}: {type(module).__name__}'s {name} reorders the channels "
                          "of q and k before attention, so posenc cannot encode them there: "
