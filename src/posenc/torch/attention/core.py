@@ -241,7 +241,7 @@ def attend(
         check_float(name, t)
     b, h, sq, hd = q.shape
     check_heads(enc, h)
-    sinks = None if sinks is None else check_sinks(sinks, h, q.dtype)
+    sinks = None if sinks is None else check_sinks(sinks, h)
     sk = k.shape[2]
     if k.shape[0] != b or v.shape[:3] != k.shape[:3] or h % k.shape[1]:
         raise ValueError(

@@ -20,18 +20,16 @@ __all__ = []
 def _sdpa(q, k, v, mask, is_causal, scale, gqa, sinks=None):
     """SDPA of encoded ``q, k`` over ``v`` with a planned mask (``None``: ``is_causal``);
     ``sinks`` ``(heads,)``: a sink logit per head, as one more key (``posenc.torch.attention.sinks``)."""
-    dummy = False
+    width, dummy = v.shape[-1], False
     if sinks is not None:  # seq_k + 1 keys, the sink first (and a first query, if dummy)
         q, k, v, mask, dummy = sink_inputs(q, k, v, mask, is_causal, sinks, scale)
-    width = v.shape[-1]
-    wide = q.shape[-1] > width
-    if wide:  # the fused kernels need one head width: zero-pad v, 2-5x faster
-        v = F.pad(v, (0, q.shape[-1] - width))  # (b, kv_heads, seq_k, qk_dim)
+    if q.shape[-1] > v.shape[-1]:  # the fused kernels need one head width: zero-pad v, 2-5x faster
+        v = F.pad(v, (0, q.shape[-1] - v.shape[-1]))  # (b, kv_heads, seq_k, qk_dim)
     with _kernels_for(mask):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )  # (b, heads, seq_q, qk_dim|v_dim)
-    out = out[..., :width] if wide else out  # (b, heads, seq_q [+ 1], v_dim)
+    out = out[..., :width] if out.shape[-1] > width else out  # (b, heads, seq_q [+ 1], v_dim)
     return out[:, :, 1:] if dummy else out  # (b, heads, seq_q, v_dim)
 
 
@@ -58,13 +56,18 @@ def _run(q, k, v, step, scale, sinks=None):
           "enable_gqa": gqa}  # fmt: skip
     if sinks is not None:
         return _flex_sinks(q, k, v, kw, sinks).to(dtype)
+    return _call_flex(q, k, v, kw).to(dtype)  # (b, heads, seq_q, v_dim)
+
+
+def _call_flex(q, k, v, kw):
+    """The compiled FlexAttention of ``q``'s device on ``q, k, v`` with keywords ``kw``."""
+    flex = flex_attention_compiled(q.device.type)
     if torch.compiler.is_compiling():  # inside the user's torch.compile: part of its graph
-        return flex(q, k, v, **kw).to(dtype)  # (b, heads, seq_q, v_dim)
+        return flex(q, k, v, **kw)
     # Each new shape or score_mod compiles once; past dynamo's default limit of 8 it would
     # fall back to the eager kernel (slow, materialised scores), so allow more, here only.
     with torch._dynamo.config.patch(recompile_limit=64):
-        out = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim)
-    return out.to(dtype)
+        return flex(q, k, v, **kw)
 
 
 def _flex_sinks(q, k, v, kw, sinks):
@@ -75,12 +78,7 @@ def _flex_sinks(q, k, v, kw, sinks):
 
     kw = kw | {"return_aux": AuxRequest(lse=True)}
     if q.device.type != "cpu":
-        flex = flex_attention_compiled(q.device.type)
-        if torch.compiler.is_compiling():
-            out, aux = flex(q, k, v, **kw)
-        else:
-            with torch._dynamo.config.patch(recompile_limit=64):
-                out, aux = flex(q, k, v, **kw)  # (b, heads, seq_q, v_dim), lse (b, heads, seq_q)
+        out, aux = _call_flex(q, k, v, kw)  # (b, heads, seq_q, v_dim), lse (b, heads, seq_q)
         return rescale(out, aux.lse, sinks)
     if torch.compiler.is_compiling():
         raise ValueError("backend='flex' with sinks does not compile on the CPU (torch 2.13's "

@@ -10,7 +10,8 @@ so a head can put weight "nowhere" instead of on some key (the weights sum to
 ``1 - sigmoid(s_h - lse)``, ``lse = log sum_i exp(z_i)``). Both backends compute it
 exactly: SDPA with one more key whose value is zero and whose score is ``s_h`` (through
 one more channel of the queries: no dense mask is built for it), FlexAttention by
-rescaling its output with its own log-sum-exp, ``out * sigmoid(lse - s_h)``. Sinks are not positions: any encoding runs with them.
+rescaling its output with its own log-sum-exp, ``out * sigmoid(lse - s_h)``. Sinks are
+not positions: any encoding runs with them.
 
 Shape legend as in :mod:`.core`: ``q`` is ``(batch, heads, seq_q, head_dim)``, ``k, v``
 are ``(batch, kv_heads, seq_k, ·)``; ``sinks`` is ``(heads,)``.
@@ -24,14 +25,15 @@ import torch.nn.functional as F
 __all__ = ["check_sinks", "sink_inputs", "rescale"]
 
 
-def check_sinks(sinks, heads, dtype):
-    """``sinks``, a floating ``(heads,)`` tensor, or ``ValueError`` naming what is wrong."""
+def check_sinks(sinks, heads):
+    """``sinks``, a floating ``(heads,)`` tensor, or ``ValueError`` naming what is wrong
+    (the attention casts it to the queries' dtype)."""
     if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
         raise ValueError(f"sinks must be a floating tensor of shape ({heads},), got {sinks!r}")
     if sinks.shape != (heads,):
         raise ValueError(f"sinks must have shape ({heads},) (one logit per query head), "
                          f"got {tuple(sinks.shape)}")  # fmt: skip
-    return sinks.to(dtype)
+    return sinks
 
 
 def sink_inputs(q, k, v, mask, is_causal, sinks, scale):
@@ -44,7 +46,7 @@ def sink_inputs(q, k, v, mask, is_causal, sinks, scale):
     ``is_causal``: ``sq == sk``) or float ``(b|1, h|1, sq, sk)``. Returns ``q, k, v,
     mask, dummy``: ``q`` ``(b, h, sq [+ 1], d + pad)`` (``pad`` to a multiple of 8, at
     least 1), ``k`` ``(b, kv_heads, sk + 1, d + pad)``, ``v`` ``(b, kv_heads, sk + 1,
-    v_dim)``, ``mask`` ``(b|1, h|1, sq, sk + 1)`` or ``None``; ``dummy``: a causal call
+    max(v_dim, d + pad))`` (zero-padded: slice the output back to ``v_dim``), ``mask`` ``(b|1, h|1, sq, sk + 1)`` or ``None``; ``dummy``: a causal call
     without a mask gets one more query first (SDPA's causal mask aligns to the start, so
     the sink, key 0, is seen by every query); drop its output row.
     """
@@ -55,7 +57,8 @@ def sink_inputs(q, k, v, mask, is_causal, sinks, scale):
     sink = k.new_zeros(k.shape[0], k.shape[1], 1, d + pad)  # (b, kv_heads, 1, d + pad)
     sink[..., d] = 1.0
     k = torch.cat([sink, F.pad(k, (0, pad))], dim=2)  # (b, kv_heads, sk + 1, d + pad)
-    v = F.pad(v, (0, 0, 1, 0))  # (b, kv_heads, sk + 1, v_dim): the sink's value is 0
+    widen = max(d + pad - v.shape[-1], 0)  # v as wide as q, k for the fused kernels: one copy
+    v = F.pad(v, (0, widen, 1, 0))  # (b, kv_heads, sk + 1, max(v_dim, d + pad)): sink's is 0
     dummy = mask is None and is_causal
     if mask is not None:
         mask = F.pad(mask, (1, 0))  # (b|1, h|1, sq, sk + 1): the sink always seen

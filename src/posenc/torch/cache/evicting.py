@@ -116,7 +116,7 @@ class EvictingKVCache(KVCache):
     def _rollback(self):
         """Undo a step that raised, its eviction too: the cache is as it was before it."""
         super()._rollback()
-        undo, self._undo = getattr(self, "_undo", None), None
+        undo, self._undo = self._undo, None
         if undo is None:
             return
         m, dropped, positions, nxt, contiguous, bounds = undo
